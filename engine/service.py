@@ -1,0 +1,135 @@
+"""InfillService: the model-owning half of the engine, as the server sees it.
+
+One object per process owns the model (loaded lazily, once), its prompt caches
+and a lock that serialises denoising. `denoise` is blocking: callers run it in
+a worker thread so their event loop stays free. A cancelled request stops
+within one denoising step (CancelledError) and the next request is served
+normally. The resident-engine daemon exposes exactly these methods over a socket.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from .errors import EngineError
+from .types import DenoiseRequest, DenoiseResult, Draft, EngineStatus
+
+DraftCallback = Callable[[Draft], None]
+
+
+class InfillService:
+    """Loads the model on first use and denoises requests one at a time."""
+
+    def __init__(
+        self,
+        model: str = "tiny",
+        *,
+        device: str | None = None,
+        dtype: str | None = None,
+        quantization: str = "none",
+        allow_download: bool = False,
+    ) -> None:
+        self.model_spec = model
+        self._device = device
+        self._dtype = dtype
+        self._quantization = quantization
+        self._allow_download = allow_download
+        self._runtime = None  # denoising.DenoisingRuntime, once loaded
+        self._load_lock = threading.Lock()
+        self._run_lock = threading.Lock()
+        self._state = "idle"
+        self._message = ""
+        self._loads = 0
+        self._last_latency_ms: float | None = None
+        self.last_load_ms = 0.0
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def load(self) -> float:
+        """Load the model if it is not resident; returns the milliseconds it took (0 when resident).
+
+        Raises ModelNotFoundError / ModelLoadError with a one-line message; the
+        service stays usable and a later call tries again.
+        """
+        with self._load_lock:
+            if self._runtime is not None:
+                return 0.0
+            from .denoising import DenoisingRuntime  # torch is imported only when a model is needed
+
+            self._state, self._message = "loading", ""
+            started = time.perf_counter()
+            try:
+                self._runtime = DenoisingRuntime.load(
+                    self.model_spec,
+                    device=self._device,
+                    dtype=self._dtype,
+                    quantization=self._quantization,
+                    allow_download=self._allow_download,
+                )
+            except EngineError as error:
+                self._state, self._message = "error", str(error)
+                raise
+            self._loads += 1
+            self._state = "ready"
+            self.last_load_ms = (time.perf_counter() - started) * 1000
+            return self.last_load_ms
+
+    def unload(self) -> None:
+        """Drop the model and its caches (idle unload); the next request loads it again."""
+        with self._load_lock, self._run_lock:
+            if self._runtime is not None:
+                self._runtime.close()
+                self._runtime = None
+                self._state = "unloaded"
+
+    @property
+    def loaded(self) -> bool:
+        return self._runtime is not None
+
+    def status(self) -> EngineStatus:
+        runtime = self._runtime
+        return EngineStatus(
+            state=self._state,
+            model=self.model_spec,
+            device=runtime.device_name if runtime else "",
+            message=self._message,
+            loads=self._loads,
+            memory_bytes=runtime.memory_bytes if runtime else 0,
+            last_latency_ms=self._last_latency_ms,
+        )
+
+    # -- work ------------------------------------------------------------------
+
+    def denoise(
+        self,
+        request: DenoiseRequest,
+        on_draft: DraftCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> DenoiseResult:
+        """Denoise one request, calling `on_draft` after every step.
+
+        Raises CancelledError within one step of `cancel` being set, and
+        BadRequestError for invalid settings.
+        """
+        load_ms = self.load()
+        with self._run_lock:
+            self._state = "busy"
+            try:
+                result = self._runtime.run(request, on_draft=on_draft, cancel=cancel)
+            finally:
+                self._state = "ready" if self._runtime is not None else self._state
+        if load_ms:
+            result = _with_load_time(result, load_ms)
+        self._last_latency_ms = result.timings_ms.total
+        return result
+
+
+def _with_load_time(result: DenoiseResult, load_ms: float) -> DenoiseResult:
+    import msgspec
+
+    timings = msgspec.structs.replace(
+        result.timings_ms, load=load_ms, total=result.timings_ms.total + load_ms
+    )
+    return msgspec.structs.replace(result, timings_ms=timings)

@@ -1,0 +1,42 @@
+# One command per task; CI (.ci/run) calls these same targets.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help demo test e2e bench lint vsix tools clean
+
+help:  ## list the commands
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+# torch is pinned first: an unpinned torch pulls a multi-GB CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)  ## infill at a cursor in examples/ through `dgemma-lsp --stdio` on the tiny model
+	$(PY) examples/demo.py
+
+test: $(STAMP) tools  ## the whole test suite (engine, server over stdio, real Neovim 0.11 + 0.12)
+	$(PY) -m pytest -q
+
+tools: $(STAMP)  ## editors the tests drive (Neovim 0.11 + 0.12), into .tools/
+	bash editors/nvim/scripts/install-nvim.sh
+
+e2e: $(STAMP)  ## real VS Code (code-server in headless Chromium) against the server
+	bash editors/vscode/scripts/e2e.sh
+
+vsix:  ## build the VS Code extension package
+	bash editors/vscode/scripts/build-vsix.sh
+
+bench: $(STAMP)  ## CPU benchmarks: editor latency, keystroke work, HumanEval smoke
+	$(PY) -m dgemma_lsp.bench.cli all
+
+lint: $(STAMP)  ## ruff
+	$(VENV)/bin/ruff check server engine bench tests examples
+
+clean:
+	rm -rf $(VENV) .tools build *.egg-info

@@ -1,0 +1,97 @@
+"""The `dgemma-lsp` command line: argument parsing and dispatch, nothing else.
+
+`dgemma-lsp [--stdio]` serves LSP (the default). Subcommands:
+  complete / rewrite  one-shot infill or rewrite in a file (oneshot.py)
+  fetch-model         download the real checkpoint into the Hugging Face cache (oneshot.py)
+  engine              start/stop/status of the resident engine daemon (daemon_cli.py)
+  bench               benchmarks (dgemma_lsp.bench.cli)
+Each subcommand module offers `add_arguments(parser)` and `run(args) -> int`;
+they are imported only when chosen, so `--stdio` starts without torch.
+Logs go to stderr or --log-file; stdout belongs to the protocol or the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+
+SUBCOMMANDS = {
+    "complete": ("dgemma_lsp.server.oneshot", "complete", "infill at FILE:LINE:COL (1-based)"),
+    "rewrite": ("dgemma_lsp.server.oneshot", "rewrite", "rewrite FILE:L:C-L:C (1-based)"),
+    "fetch-model": ("dgemma_lsp.server.oneshot", "fetch_model", "download the model into the HF cache"),
+    "engine": ("dgemma_lsp.server.daemon_cli", None, "start|stop|status the resident engine daemon"),
+    "bench": ("dgemma_lsp.bench.cli", None, "benchmarks: latency | gpu | humaneval | syntax"),
+}
+
+
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="tiny", help="'tiny', a local folder, or a Hugging Face id")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda if present, else cpu)")
+    parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"])
+    parser.add_argument(
+        "--quantization", default="none", choices=["none", "fp8", "int8", "int4"],
+        help="weight-only quantization of the experts and linears at load time",
+    )
+
+
+def _add_logging_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-file", default=None, help="write logs here instead of stderr")
+    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dgemma-lsp", description="Language server for live code infill from DiffusionGemma."
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    # Serving options live on the top-level parser: `dgemma-lsp --stdio` is what editors run.
+    from . import serve
+
+    serve.add_arguments(parser)
+    _add_model_arguments(parser)
+    _add_logging_arguments(parser)
+    subparsers = parser.add_subparsers(dest="command")
+    for name, (module_name, function, help_text) in SUBCOMMANDS.items():
+        sub = subparsers.add_parser(name, help=help_text, description=help_text)
+        _add_model_arguments(sub)
+        _add_logging_arguments(sub)
+        module = importlib.import_module(module_name)
+        add_arguments = getattr(module, f"add_{function}_arguments" if function else "add_arguments")
+        add_arguments(sub)
+        sub.set_defaults(_module=module_name, _function=function)
+    return parser
+
+
+def configure_logging(level: str, log_file: str | None) -> None:
+    handler = logging.FileHandler(log_file) if log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    configure_logging(args.log_level, args.log_file)
+    if args.command is None:
+        from . import serve
+
+        return serve.run(args)
+    module = importlib.import_module(args._module)
+    run = getattr(module, f"run_{args._function}" if args._function else "run")
+    return run(args)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("dgemma-lsp")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -24,8 +24,8 @@ class GenerationSettings(msgspec.Struct, frozen=True, kw_only=True, rename="came
     """Temperature at the first step (linear schedule down to t_min)."""
     t_min: float | None = None
     """Temperature at the last step."""
-    max_tokens: int = 256
-    """Upper bound on the answer length in tokens; rounded up to whole canvases."""
+    max_tokens: int | None = None
+    """Upper bound on the answer length in tokens, rounded up to whole canvases; None is one canvas."""
     candidates: int = 1
     """How many canvases to denoise in one batch (B candidates)."""
     seed: int | None = None

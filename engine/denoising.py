@@ -1,0 +1,297 @@
+"""The denoising runtime: one loaded model turning DenoiseRequests into raw candidates.
+
+Runs transformers' own DiffusionGemma generate path; around it this module adds
+what an editor needs: the prompt cache (stable part restored, tail encoded),
+B candidates from one batched call, a draft callback after every denoising step,
+cancellation checked at every step (raising inside the streamer aborts generate
+and leaves the model usable), a starting canvas for rewrites, and a per-token
+confidence. Not thread-safe: InfillService serialises calls. Knows torch and
+transformers; knows nothing of LSP or syntax.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+from transformers.cache_utils import DynamicCache
+from transformers.generation.streamers import BaseStreamer
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+
+from .errors import BadRequestError, CancelledError
+from .model_loading import load_model_and_tokenizer
+from .prompt_cache import PromptCache
+from .prompting import PromptBuilder, PromptIds
+from .types import DenoiseRequest, DenoiseResult, Draft, GenerationSettings, RawCandidate, Timings
+
+MAX_CANDIDATES = 16
+DISABLED_EARLY_STOP = 1e-9
+"""confidence_threshold that no canvas meets: None silently becomes 0.005 and 0.0 crashes (REFERENCE.md)."""
+
+
+class _Abort(Exception):
+    """Raised inside the streamer to stop generate at a step boundary."""
+
+
+class ConfidenceRecorder(LogitsProcessor):
+    """Keeps the top-token probability of every canvas position at the latest step.
+
+    Runs first in the processor list, so it sees the model's logits before the
+    temperature schedule: the confidence does not depend on the step's temperature.
+    """
+
+    def __init__(self) -> None:
+        self.latest: torch.Tensor | None = None  # [B, L]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor, cur_step) -> torch.Tensor:
+        # scores: [B, L, V]; max prob = exp(max logit - logsumexp) without a full softmax copy
+        scores32 = scores.float()
+        self.latest = torch.exp(scores32.max(dim=-1).values - torch.logsumexp(scores32, dim=-1))
+        return scores
+
+
+class DraftStreamer(BaseStreamer):
+    """Receives generate's canvases: finished ones via put, the argmax canvas of each step via put_draft."""
+
+    def __init__(
+        self,
+        decode_answer: Callable[[list[int]], str],
+        recorder: ConfidenceRecorder,
+        on_draft: Callable[[Draft], None] | None,
+        cancel: threading.Event | None,
+    ) -> None:
+        self.decode_answer = decode_answer
+        self.recorder = recorder
+        self.on_draft = on_draft
+        self.cancel = cancel
+        self.steps = 0
+        self.finished_rows: list[int] = []  # row 0's ids of finished canvases
+        self.canvas_confidences: list[torch.Tensor] = []  # one [B, L] per finished canvas
+        self._seen_prompt = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._seen_prompt:  # generate's first put is the prompt itself
+            self._seen_prompt = True
+            return
+        self.finished_rows.extend(value[0].tolist())
+        self.canvas_confidences.append(self.recorder.latest.cpu())
+
+    def put_draft(self, value: torch.Tensor) -> None:
+        # value: [B, L] argmax canvas after this step
+        self.steps += 1
+        if self.cancel is not None and self.cancel.is_set():
+            raise _Abort
+        if self.on_draft is not None:
+            text = self.decode_answer(self.finished_rows + value[0].tolist())
+            self.on_draft(Draft(step=self.steps, text=text))
+
+    def end(self) -> None:
+        pass
+
+
+class DenoisingRuntime:
+    """A resident model with its tokenizer, prompt builder and prompt cache."""
+
+    def __init__(self, model, tokenizer, device: str) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.device = torch.device(device)
+        self.prompts = PromptBuilder(tokenizer)
+        self.prompt_cache = PromptCache()
+        self.canvas_length: int = model.config.canvas_length
+        self.vocab_size: int = model.config.text_config.vocab_size
+        config = model.generation_config
+        eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id
+        self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos])
+        self.pad_id: int = config.pad_token_id if config.pad_token_id is not None else tokenizer.pad_token_id
+        self.default_steps: int = config.max_denoising_steps or 48
+
+    @classmethod
+    def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False):
+        model, tokenizer, device = load_model_and_tokenizer(
+            spec, device=device, dtype=dtype, quantization=quantization, allow_download=allow_download
+        )
+        return cls(model, tokenizer, device)
+
+    @property
+    def device_name(self) -> str:
+        return str(self.device)
+
+    @property
+    def memory_bytes(self) -> int:
+        storages = {}
+        for tensor in list(self.model.parameters()) + list(self.model.buffers()):
+            storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return sum(storages.values())
+
+    def close(self) -> None:
+        self.prompt_cache.clear()
+        del self.model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    # -- one request -----------------------------------------------------------
+
+    @torch.no_grad()
+    def run(
+        self,
+        request: DenoiseRequest,
+        on_draft: Callable[[Draft], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> DenoiseResult:
+        started = time.perf_counter()
+        settings = request.settings
+        _validate(settings, request)
+        batch = settings.candidates
+        steps = settings.steps or self.default_steps
+        if request.selection is not None:
+            # A rewrite starts part-way down the noise schedule: fewer steps for a lighter touch.
+            steps = max(1, math.ceil(steps * request.strength))
+
+        prompt = self.prompts.build(request.context, rewrite=request.selection is not None)
+        cache, cached_tokens = self._encode_prompt(prompt, request.cache_key, batch)
+        prompt_ms = (time.perf_counter() - started) * 1000
+
+        seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
+        torch.manual_seed(seed)
+        extra: dict = {}
+        max_tokens = settings.max_tokens or self.canvas_length
+        if request.selection is not None:
+            extra["decoder_input_ids"], selection_tokens = self._rewrite_canvas(
+                request.selection, request.strength, batch
+            )
+            max_tokens = max(max_tokens, selection_tokens + 1)
+
+        recorder = ConfidenceRecorder()
+        streamer = DraftStreamer(self._decode_answer, recorder, on_draft, cancel)
+        last_token = torch.tensor([prompt.tail[-1:]] * batch, device=self.device)  # [B, 1]
+        denoise_started = time.perf_counter()
+        if cancel is not None and cancel.is_set():
+            raise CancelledError("request cancelled before denoising")
+        try:
+            output = self.model.generate(
+                last_token,
+                past_key_values=cache,
+                streamer=streamer,
+                logits_processor=LogitsProcessorList([recorder]),
+                max_new_tokens=max_tokens,
+                max_denoising_steps=steps,
+                sampler_config=EntropyBoundSamplerConfig(
+                    entropy_bound=float(settings.entropy_bound or self._default_entropy_bound())
+                ),
+                **_temperature_overrides(settings),
+                **({} if settings.early_stop else {"confidence_threshold": DISABLED_EARLY_STOP}),
+                **extra,
+            )
+        except _Abort:
+            raise CancelledError(f"request cancelled after {streamer.steps} denoising steps") from None
+        except ValueError as error:  # generation_config.validate() rejecting a knob combination
+            raise BadRequestError(f"invalid generation settings: {error}") from None
+        denoise_ms = (time.perf_counter() - denoise_started) * 1000
+
+        answers = output.sequences[:, 1:].tolist()  # [B, canvases * L]; input was the one tail token
+        confidences = torch.cat(streamer.canvas_confidences, dim=-1)  # [B, canvases * L]
+        candidates = [self._candidate(row, confidences[index]) for index, row in enumerate(answers)]
+        total_ms = (time.perf_counter() - started) * 1000
+        return DenoiseResult(
+            candidates=candidates,
+            steps=streamer.steps,
+            tokens_per_forward=float(output.tokens_per_forward.float().mean()),
+            drafts=streamer.steps,
+            canvases=len(streamer.canvas_confidences),
+            prompt_tokens=len(prompt.all),
+            cached_prompt_tokens=cached_tokens,
+            timings_ms=Timings(prompt=prompt_ms, denoise=denoise_ms, total=total_ms),
+        )
+
+    # -- pieces ----------------------------------------------------------------
+
+    def _encode_prompt(self, prompt: PromptIds, cache_key: str | None, batch: int):
+        """Encoder cache holding every prompt id but the last (generate encodes that one)."""
+        stable = prompt.stable or prompt.tail[:1]
+        rest = prompt.tail[:-1] if prompt.stable else prompt.tail[1:-1]
+        cache, cached_tokens = self.prompt_cache.checkout(cache_key, stable, self._encode_fresh)
+        if rest:
+            self._encode_into(cache, rest)
+        if batch > 1:
+            cache.batch_repeat_interleave(batch)
+        return cache, cached_tokens
+
+    def _encode_fresh(self, ids: list[int]) -> DynamicCache:
+        cache = DynamicCache(config=self.model.config.get_text_config(decoder=True))
+        self._encode_into(cache, ids)
+        return cache
+
+    def _encode_into(self, cache: DynamicCache, ids: list[int]) -> None:
+        input_ids = torch.tensor([ids], device=self.device)  # [1, T]
+        self.model.model.encoder(input_ids=input_ids, past_key_values=cache)
+
+    def _rewrite_canvas(self, selection: str, strength: float, batch: int) -> tuple[torch.Tensor, int]:
+        """The selection's tokens, then EOS, each position replaced by noise with probability `strength`."""
+        ids = self.tokenizer(selection, add_special_tokens=False)["input_ids"]
+        length = self.canvas_length * max(1, math.ceil((len(ids) + 1) / self.canvas_length))
+        eos = min(self.eos_ids)
+        canvas = (ids + [eos] + [self.pad_id] * length)[: self.canvas_length]
+        clean = torch.tensor([canvas] * batch, device=self.device)  # [B, L]
+        noise = torch.randint(0, self.vocab_size, clean.shape, device=self.device)
+        renoise = torch.rand(clean.shape, device=self.device) < strength
+        return torch.where(renoise, noise, clean), len(ids)
+
+    def _answer_length(self, ids: list[int]) -> int:
+        for position, token in enumerate(ids):
+            if token in self.eos_ids:
+                return position
+        return len(ids)
+
+    def _decode_answer(self, ids: list[int]) -> str:
+        ids = ids[: self._answer_length(ids)]
+        return self.tokenizer.decode([t for t in ids if t != self.pad_id], skip_special_tokens=True)
+
+    def _candidate(self, ids: list[int], confidences: torch.Tensor) -> RawCandidate:
+        length = self._answer_length(ids)
+        # The EOS position counts too: stopping there was also the model's decision.
+        decided = confidences[: min(length + 1, len(confidences))]
+        return RawCandidate(
+            text=self._decode_answer(ids),
+            confidence=float(decided.mean()) if len(decided) else 0.0,
+            tokens=length,
+        )
+
+    def _default_entropy_bound(self) -> float:
+        sampler = self.model.generation_config.sampler_config
+        return getattr(sampler, "entropy_bound", None) or 0.1
+
+
+def _temperature_overrides(settings: GenerationSettings) -> dict:
+    overrides = {}
+    if settings.t_max is not None:
+        overrides["t_max"] = float(settings.t_max)
+    if settings.t_min is not None:
+        overrides["t_min"] = float(settings.t_min)
+    return overrides
+
+
+def _validate(settings: GenerationSettings, request: DenoiseRequest) -> None:
+    problems = []
+    if not 1 <= settings.candidates <= MAX_CANDIDATES:
+        problems.append(f"candidates must be 1..{MAX_CANDIDATES}, got {settings.candidates}")
+    if settings.steps is not None and settings.steps < 1:
+        problems.append(f"steps must be >= 1, got {settings.steps}")
+    if settings.max_tokens is not None and settings.max_tokens < 1:
+        problems.append(f"maxTokens must be >= 1, got {settings.max_tokens}")
+    if settings.entropy_bound is not None and settings.entropy_bound <= 0:
+        problems.append(f"entropyBound must be > 0, got {settings.entropy_bound}")
+    for name, value in (("tMax", settings.t_max), ("tMin", settings.t_min)):
+        if value is not None and value <= 0:
+            problems.append(f"{name} must be > 0, got {value}")
+    if settings.t_max is not None and settings.t_min is not None and settings.t_max <= settings.t_min:
+        problems.append("tMax must be greater than tMin")
+    if request.selection is not None and not 0.0 < request.strength <= 1.0:
+        problems.append(f"strength must be in (0, 1], got {request.strength}")
+    if problems:
+        raise BadRequestError("; ".join(problems))

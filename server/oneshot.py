@@ -1,0 +1,251 @@
+"""One-shot commands: `dgemma-lsp complete`, `rewrite` and `fetch-model`.
+
+The same path as the language server (SyntaxDocument -> prepare -> denoise ->
+finish) without an editor: positions are 1-based LINE:COL as editors show
+them (COL counts characters). Plain output is the answer only; --json adds the
+plan, candidates, step counts and timings. Bad input is one line on stderr and
+exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import msgspec
+
+from dgemma_lsp.engine.completion import finish_candidates, finish_rewrite, prepare_infill, prepare_rewrite
+from dgemma_lsp.engine.errors import EngineError
+from dgemma_lsp.engine.languages import language_for_path
+from dgemma_lsp.engine.syntax_tree import SyntaxDocument
+from dgemma_lsp.engine.types import GenerationSettings
+
+LARGE_FILE_CHARS = 1_000_000
+"""Past this, only a window around the cursor is parsed: the prompt never needs more."""
+WINDOW_CHARS = 200_000
+
+
+class UsageError(Exception):
+    """Bad command-line input, reported as one line."""
+
+
+# -- arguments -----------------------------------------------------------------
+
+
+def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--seed", type=int, default=None, help="seed for reproducible output")
+    parser.add_argument("--steps", type=int, default=None, help="max denoising steps per canvas")
+    parser.add_argument("--candidates", type=int, default=1, help="candidates denoised in one batch")
+    parser.add_argument("--max-tokens", type=int, default=None, help="answer length cap (default: one canvas)")
+    parser.add_argument("--json", action="store_true", help="print a JSON report instead of the text")
+    parser.add_argument("--drafts", action="store_true", help="print each draft to stderr as it denoises")
+
+
+def add_complete_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("position", metavar="FILE:LINE:COL", help="cursor position, 1-based")
+    _add_generation_arguments(parser)
+
+
+def add_rewrite_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("selection", metavar="FILE:LINE:COL-LINE:COL", help="selection, 1-based, end exclusive")
+    parser.add_argument("--strength", type=float, default=0.6, help="renoising strength in (0, 1]")
+    _add_generation_arguments(parser)
+
+
+def add_fetch_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model_id", nargs="?", default=None, help="Hugging Face id (default: the 26B-A4B-it)")
+
+
+# -- commands --------------------------------------------------------------------
+
+
+def run_complete(args: argparse.Namespace) -> int:
+    return _guarded(_complete, args)
+
+
+def run_rewrite(args: argparse.Namespace) -> int:
+    return _guarded(_rewrite, args)
+
+
+def run_fetch_model(args: argparse.Namespace) -> int:
+    from dgemma_lsp.engine.model_loading import DEFAULT_MODEL_ID, fetch_model
+
+    model_id = args.model_id or DEFAULT_MODEL_ID
+    try:
+        folder = fetch_model(model_id)
+    except Exception as error:  # noqa: BLE001 - network/auth failures: one line for the user
+        print(f"dgemma-lsp: could not download {model_id}: {str(error).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(folder)
+    return 0
+
+
+def _complete(args: argparse.Namespace) -> int:
+    path, rest = _split_path(args.position, "FILE:LINE:COL")
+    text = _read_utf8(path)
+    offset = _offset(text, rest, args.position)
+    text, offset = _window_large_text(text, offset)
+    doc = SyntaxDocument(text, language_for_path(str(path)))
+    service = _service(args)
+    load_ms = service.load()
+    prepared = prepare_infill(doc, offset, _settings(args))
+    result = service.denoise(prepared.request, on_draft=_draft_printer(args))
+    candidates = finish_candidates(prepared, doc, result)
+    if not args.json:
+        if candidates:
+            sys.stdout.write(candidates[0].text + ("" if candidates[0].text.endswith("\n") else "\n"))
+        return 0
+    report = {
+        "plan": {
+            "kind": prepared.plan.kind,
+            "region": {"start": prepared.plan.region.start, "end": prepared.plan.region.end},
+            "stop": prepared.plan.stop,
+            "contextTokens": prepared.context.tokens,
+        },
+        "candidates": msgspec.to_builtins(candidates),
+        **_result_fields(result, load_ms, service),
+    }
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return 0
+
+
+def _rewrite(args: argparse.Namespace) -> int:
+    path, rest = _split_path(args.selection, "FILE:LINE:COL-LINE:COL")
+    start_spec, _, end_spec = rest.partition("-")
+    if not end_spec:
+        raise UsageError(f"'{args.selection}' is not FILE:LINE:COL-LINE:COL")
+    text = _read_utf8(path)
+    start, end = _offset(text, start_spec, args.selection), _offset(text, end_spec, args.selection)
+    if start >= end:
+        raise UsageError(f"selection '{args.selection}' is empty or reversed")
+    if not 0.0 < args.strength <= 1.0:
+        raise UsageError(f"--strength must be in (0, 1], got {args.strength}")
+    doc = SyntaxDocument(text, language_for_path(str(path)))
+    service = _service(args)
+    load_ms = service.load()
+    request = prepare_rewrite(doc, start, end, args.strength, _settings(args))
+    result = service.denoise(request, on_draft=_draft_printer(args))
+    replacements = [finish_rewrite(raw.text, text[start:end]) for raw in result.candidates]
+    if not args.json:
+        sys.stdout.write(replacements[0])
+        return 0
+    report = {
+        "selection": {"start": start, "end": end, "text": text[start:end]},
+        "candidates": [
+            {"text": new_text, "confidence": raw.confidence}
+            for new_text, raw in zip(replacements, result.candidates, strict=True)
+        ],
+        **_result_fields(result, load_ms, service),
+    }
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return 0
+
+
+# -- helpers ---------------------------------------------------------------------
+
+
+def _guarded(command, args: argparse.Namespace) -> int:
+    try:
+        return command(args)
+    except (UsageError, EngineError) as error:
+        print(f"dgemma-lsp: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _service(args: argparse.Namespace):
+    from dgemma_lsp.engine.service import InfillService
+
+    return InfillService(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
+
+
+def _settings(args: argparse.Namespace) -> GenerationSettings:
+    for name in ("steps", "candidates", "max_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    return GenerationSettings(
+        steps=args.steps, candidates=args.candidates, max_tokens=args.max_tokens, seed=args.seed
+    )
+
+
+def _draft_printer(args: argparse.Namespace):
+    if not args.drafts:
+        return None
+
+    def print_draft(draft) -> None:
+        print(f"[draft {draft.step}] {draft.text!r}", file=sys.stderr)
+
+    return print_draft
+
+
+def _result_fields(result, load_ms: float, service) -> dict:
+    timings = result.timings_ms
+    return {
+        "steps": result.steps,
+        "tokensPerForward": result.tokens_per_forward,
+        "drafts": result.drafts,
+        "canvases": result.canvases,
+        "promptTokens": result.prompt_tokens,
+        "timingsMs": {
+            "load": load_ms,
+            "prompt": timings.prompt,
+            "denoise": timings.denoise,
+            "total": load_ms + timings.total,
+        },
+        "model": service.model_spec,
+        "device": service.status().device,
+    }
+
+
+def _split_path(spec: str, form: str) -> tuple[Path, str]:
+    """FILE and the position part of FILE:LINE:COL[-LINE:COL]; split from the right since names may hold ':'."""
+    colons = form.count(":") - 1  # colons inside the position part
+    parts = spec.rsplit(":", colons + 1)
+    if len(parts) != colons + 2 or not parts[0]:
+        raise UsageError(f"'{spec}' is not {form}")
+    return Path(parts[0]), ":".join(parts[1:])
+
+
+def _read_utf8(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory") from None
+    except OSError as error:
+        raise UsageError(f"{path}: {error.strerror}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 text (byte {error.start})") from None
+
+
+def _offset(text: str, line_col: str, spec: str) -> int:
+    """str offset of a 1-based LINE:COL; COL may be one past the line's last character."""
+    try:
+        line, column = (int(part) for part in line_col.split(":"))
+    except ValueError:
+        raise UsageError(f"'{spec}': LINE and COL must be numbers") from None
+    lines = text.split("\n")
+    if not 1 <= line <= len(lines):
+        raise UsageError(f"'{spec}': line {line} is outside the file (1..{len(lines)})")
+    if not 1 <= column <= len(lines[line - 1]) + 1:
+        raise UsageError(
+            f"'{spec}': column {column} is outside line {line} (1..{len(lines[line - 1]) + 1})"
+        )
+    return sum(len(previous) + 1 for previous in lines[: line - 1]) + column - 1
+
+
+def _window_large_text(text: str, offset: int) -> tuple[str, int]:
+    """Cut a huge file to whole lines around the cursor; the context budget is far smaller anyway."""
+    if len(text) <= LARGE_FILE_CHARS:
+        return text, offset
+    start = text.rfind("\n", 0, max(0, offset - WINDOW_CHARS)) + 1
+    end = text.find("\n", min(len(text), offset + WINDOW_CHARS))
+    end = len(text) if end == -1 else end
+    return text[start:end], offset - start

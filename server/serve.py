@@ -1,11 +1,56 @@
-"""Placeholder until the language server lands: `add_arguments` / `run` for `dgemma-lsp --stdio`."""
+"""`dgemma-lsp [--stdio] [--tcp HOST:PORT] [--engine ...]`: build the engine client and serve LSP.
+
+Owns the serving flags and the choice of engine client; the protocol itself
+lives in lsp_server.py. stdout carries only the protocol: logging is set up by
+cli.py (stderr or --log-file) before `run` is called.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+log = logging.getLogger(__name__)
 
 
-def add_arguments(parser):
-    parser.add_argument("--stdio", action="store_true", help="serve LSP over stdin/stdout (default)")
-    parser.add_argument("--tcp", default=None, metavar="HOST:PORT", help="serve LSP over TCP")
-    parser.add_argument("--engine", default="inprocess", choices=["auto", "inprocess", "daemon"])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--stdio", action="store_true", help="serve LSP over stdin/stdout (the default)")
+    parser.add_argument("--tcp", default=None, metavar="HOST:PORT", help="serve LSP over TCP instead")
+    parser.add_argument(
+        "--engine", default="inprocess", choices=["auto", "inprocess", "daemon"],
+        help="where the model runs: in this process, or a resident daemon (auto: daemon when available)",
+    )
 
 
-def run(args) -> int:
-    raise SystemExit("dgemma-lsp: the language server is not built yet")
+def make_engine_client(args: argparse.Namespace):
+    """The EngineClient for --engine. `auto` is in-process until the daemon client lands."""
+    if args.engine == "daemon":
+        try:
+            from .daemon_client import DaemonEngineClient  # type: ignore[import-not-found]
+        except ImportError:
+            raise SystemExit("dgemma-lsp: --engine daemon is not available in this build") from None
+        return DaemonEngineClient.from_args(args)
+    from dgemma_lsp.engine.service import InfillService
+
+    from .engine_client import InProcessEngineClient
+
+    service = InfillService(
+        args.model, device=args.device, dtype=args.dtype, quantization=args.quantization
+    )
+    return InProcessEngineClient(service)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .cli import _version
+    from .lsp_server import build_server
+
+    server = build_server(make_engine_client(args), _version())
+    if args.tcp:
+        host, _, port = args.tcp.rpartition(":")
+        if not host or not port.isdigit():
+            raise SystemExit(f"dgemma-lsp: --tcp wants HOST:PORT, got {args.tcp!r}")
+        server.start_tcp(host, int(port))
+    else:
+        server.start_io()
+    # pygls swallows the SystemExit of `exit`; the LSP rule: 0 after shutdown, 1 otherwise.
+    return 0 if server.protocol._shutdown else 1

@@ -1,0 +1,169 @@
+"""One inline completion or one rewrite, from an open document to text edits in str offsets.
+
+Inline completion: snapshot the document at the request, answer from the cache
+or (through the scheduler) plan + denoise + finish with the engine's pipeline,
+then map each candidate to a `Suggestion` (text + the span it replaces).
+When the editor's completion popup has an item selected, the infill is computed
+for the text *as if that item were accepted*, and each suggestion starts with
+the item's text and replaces the item's range: that is what editors require
+of an inline completion that extends a selected completion.
+
+Rewrite: renoise the selection, denoise it in its context, return the new text.
+Knows the engine's pipeline and types; knows nothing of LSP or positions.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dgemma_lsp.engine import errors
+from dgemma_lsp.engine.completion import (
+    finish_candidates,
+    finish_draft,
+    finish_rewrite,
+    prepare_infill,
+    prepare_rewrite,
+)
+from dgemma_lsp.engine.syntax_tree import SyntaxDocument
+from dgemma_lsp.engine.types import Draft
+
+from .documents import OpenDocument
+from .engine_client import EngineClient, EngineUnavailableError
+from .scheduler import CompletionCache, LatestWins, Superseded
+from .settings import ServerSettings
+
+log = logging.getLogger(__name__)
+
+DraftSink = Callable[[int, str], None]
+"""Receives (step, text to insert) for every denoising step."""
+
+
+@dataclass(frozen=True)
+class Selected:
+    """The completion item the editor's popup has selected: it replaces [start, end) with text."""
+
+    start: int
+    end: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """Insert `text` in place of [start, end) of the request's text (start == end: a pure insert)."""
+
+    text: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class _Target:
+    """The text and cursor the infill is computed for, and how an answer maps back."""
+
+    text: str
+    offset: int
+    lead: str
+    """Prepended to every answer (the selected completion's text)."""
+    start: int
+    end: int
+    """The span of the real text each answer replaces before its own replace_chars."""
+
+
+class Completer:
+    """Turns requests into suggestions: cache, latest-wins scheduling, engine, post-processing."""
+
+    def __init__(self, engine: EngineClient, scheduler: LatestWins, cache: CompletionCache) -> None:
+        self.engine = engine
+        self.scheduler = scheduler
+        self.cache = cache
+
+    async def complete(
+        self,
+        document: OpenDocument,
+        offset: int,
+        *,
+        wanted: int,
+        settings: ServerSettings,
+        selected: Selected | None = None,
+        on_draft: DraftSink | None = None,
+    ) -> list[Suggestion] | Superseded:
+        """Suggestions for the cursor at `offset` in the document as it is now.
+
+        Everything the answer depends on is read before the first await: the
+        document may change while this request waits or denoises.
+        """
+        uri, text, revision = document.uri, document.text, document.syntax.revision
+        language = document.syntax.language
+        if selected is None:
+            target = _Target(text, offset, "", offset, offset)
+        else:
+            virtual = text[: selected.start] + selected.text + text[selected.end:]
+            target = _Target(
+                virtual, selected.start + len(selected.text), selected.text, selected.start, selected.end
+            )
+
+        def lookup() -> list[Suggestion] | None:
+            hit = self.cache.lookup(uri, target.text, target.offset, wanted)
+            return None if hit is None else [_suggestion(target, c.text, c.replace_chars) for c in hit]
+
+        async def work() -> list[Suggestion]:
+            if selected is None and document.syntax.revision == revision:
+                syntax = document.syntax
+            else:  # the document moved on while we waited, or a virtual text: parse our own
+                syntax = SyntaxDocument(target.text, language)
+            prepared = prepare_infill(
+                syntax,
+                target.offset,
+                settings.generation(wanted),
+                budget_tokens=settings.context_tokens,
+                cache_key=uri,
+            )
+
+            def draft(step: Draft) -> None:
+                if on_draft is not None:
+                    on_draft(step.step, target.lead + finish_draft(prepared, step.text))
+
+            try:
+                result = await self.engine.denoise(prepared.request, draft)
+            except EngineUnavailableError as error:
+                log.info("no completion: %s", error)
+                return []
+            except errors.BadRequestError:
+                raise
+            except errors.EngineError as error:
+                log.warning("completion failed: %s", error)
+                return []
+            if syntax is document.syntax and document.syntax.revision != revision:
+                syntax = SyntaxDocument(target.text, language)  # ranking parses with the text we asked about
+            candidates = finish_candidates(prepared, syntax, result)
+            self.cache.store(uri, target.text, target.offset, wanted, candidates)
+            return [_suggestion(target, c.text, c.replace_chars) for c in candidates[:wanted]]
+
+        return await self.scheduler.run(uri, lookup, work, settings.debounce_ms / 1000)
+
+    async def rewrite(
+        self, document: OpenDocument, start: int, end: int, settings: ServerSettings
+    ) -> str | None:
+        """The replacement for [start, end), or None when the engine is unavailable."""
+        prepared = prepare_rewrite(
+            document.syntax,
+            start,
+            end,
+            settings.rewrite_strength,
+            settings.generation(1),
+            budget_tokens=settings.context_tokens,
+        )
+        try:
+            result = await self.engine.denoise(prepared, lambda draft: None)
+        except EngineUnavailableError as error:
+            log.info("no rewrite: %s", error)
+            return None
+        if not result.candidates:
+            return None
+        return finish_rewrite(result.candidates[0].text, prepared.selection or "")
+
+
+def _suggestion(target: _Target, text: str, replace_chars: int) -> Suggestion:
+    return Suggestion(target.lead + text, target.start, target.end + replace_chars)

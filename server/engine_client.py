@@ -1,0 +1,182 @@
+"""The engine as the language server sees it: a small async interface.
+
+`EngineClient` is what the server talks to; `InProcessEngineClient` wraps an
+`InfillService` in this process (blocking denoise on a worker thread), and a
+daemon-backed client can implement the same Protocol. Cancellation is asyncio
+cancellation: cancelling the task awaiting `denoise` sets the request's
+`threading.Event`, the engine stops within one denoising step, and `denoise`
+re-raises CancelledError only after the worker has let go of the model — so a
+cancelled request never overlaps the next one.
+
+Knows the engine's public types and service; knows nothing of LSP. Never
+imports torch (the service does, lazily, when it loads the model).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from typing import Protocol
+
+import msgspec
+from dgemma_lsp.engine import errors
+from dgemma_lsp.engine.types import DenoiseRequest, DenoiseResult, Draft, EngineStatus
+
+log = logging.getLogger(__name__)
+
+StatusListener = Callable[[EngineStatus], None]
+DraftListener = Callable[[Draft], None]
+
+
+class EngineUnavailableError(Exception):
+    """The model is not loaded and will not be without user action (it failed to load)."""
+
+
+class EngineClient(Protocol):
+    async def start(self) -> None:
+        """Kick off model loading in the background; progress is reported to status listeners."""
+
+    def status(self) -> EngineStatus:
+        """The engine's state now."""
+
+    def on_status(self, listener: StatusListener) -> None:
+        """Call `listener` on the event loop whenever the status changes."""
+
+    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
+        """Denoise `request`; `on_draft` runs on the event loop after every step.
+
+        Raises EngineUnavailableError when the model failed to load, engine
+        errors for bad requests, asyncio.CancelledError when cancelled.
+        """
+
+    async def close(self) -> None:
+        """Stop all work and release the engine."""
+
+
+class InProcessEngineClient:
+    """Runs an InfillService in this process, one daemon worker thread per call."""
+
+    def __init__(self, service) -> None:  # engine.service.InfillService (imported by the caller)
+        self._service = service
+        self._listeners: list[StatusListener] = []
+        self._loaded: asyncio.Future[None] | None = None
+        self._cancels: set[threading.Event] = set()
+        self._load_error: BaseException | None = None
+        self._busy = 0
+        self._closed = False
+
+    async def start(self) -> None:
+        if self._loaded is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._loaded = loop.create_future()
+
+        def load() -> None:
+            error: BaseException | None = None
+            try:
+                self._service.load()
+            except errors.EngineError as exc:
+                error = exc
+            except Exception as exc:  # a crash while loading must not kill the server
+                log.exception("model failed to load")
+                error = exc
+            loop.call_soon_threadsafe(self._load_finished, error)
+
+        # A daemon thread: exiting the server must not wait for a half-loaded model.
+        threading.Thread(target=load, name="dgemma-load", daemon=True).start()
+        self._publish()  # "loading" (status() reports it until the thread settles)
+
+    def _load_finished(self, error: BaseException | None) -> None:
+        assert self._loaded is not None
+        if error is None:
+            self._loaded.set_result(None)
+        else:
+            self._load_error = error
+            self._loaded.set_exception(EngineUnavailableError(str(error)))
+            self._loaded.exception()  # mark retrieved: awaiting it later re-raises
+        self._publish()
+
+    def status(self) -> EngineStatus:
+        status = self._service.status()
+        if self._loaded is not None and not self._loaded.done() and status.state == "idle":
+            status = msgspec.structs.replace(status, state="loading")
+        if self._load_error is not None and status.state != "error":
+            status = msgspec.structs.replace(status, state="error", message=str(self._load_error))
+        if self._busy and status.state == "ready":
+            status = msgspec.structs.replace(status, state="busy")
+        return status
+
+    def on_status(self, listener: StatusListener) -> None:
+        self._listeners.append(listener)
+
+    def _publish(self) -> None:
+        status = self.status()
+        for listener in list(self._listeners):
+            try:
+                listener(status)
+            except Exception:
+                log.exception("status listener failed")
+
+    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
+        if self._closed:
+            raise EngineUnavailableError("the engine is closed")
+        if self._loaded is None:
+            await self.start()
+        assert self._loaded is not None
+        await self._loaded  # raises EngineUnavailableError if loading failed; cancellable
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[DenoiseResult] = loop.create_future()
+        cancel = threading.Event()
+
+        def forward_draft(draft: Draft) -> None:
+            if not cancel.is_set():
+                loop.call_soon_threadsafe(_call_unless_cancelled, cancel, on_draft, draft)
+
+        def work() -> None:
+            try:
+                result = self._service.denoise(request, forward_draft, cancel)
+            except BaseException as exc:  # handed to the awaiting task, never lost
+                loop.call_soon_threadsafe(_settle, done, None, exc)
+            else:
+                loop.call_soon_threadsafe(_settle, done, result, None)
+
+        self._cancels.add(cancel)
+        self._busy += 1
+        self._publish()
+        threading.Thread(target=work, name="dgemma-denoise", daemon=True).start()
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            cancel.set()
+            # Wait (briefly: one denoising step) for the worker to let go of the model,
+            # so "cancelled" means "no work left running". A second cancel skips the wait.
+            try:
+                await asyncio.shield(done)
+            except BaseException:
+                pass
+            raise
+        finally:
+            self._cancels.discard(cancel)
+            self._busy -= 1
+            self._publish()
+
+    async def close(self) -> None:
+        self._closed = True
+        for cancel in list(self._cancels):
+            cancel.set()
+
+
+def _call_unless_cancelled(cancel: threading.Event, callback: DraftListener, draft: Draft) -> None:
+    if not cancel.is_set():
+        callback(draft)
+
+
+def _settle(future: asyncio.Future, result, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)

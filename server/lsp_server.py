@@ -1,0 +1,418 @@
+"""The language server: pygls `LanguageServer` subclass, its state, and thin async handlers.
+
+Implements initialize (position-encoding negotiation, settings), document sync
+(incremental), textDocument/inlineCompletion, textDocument/codeAction +
+codeAction/resolve ("Rewrite selection"), workspace/executeCommand
+(`dgemma.rewriteSelection`, `dgemma.status`), workspace/didChangeConfiguration,
+and the custom messages documented in README.md (`dgemma/draft`,
+`dgemma/status`, `dgemma/didShowCompletion`, `dgemma/didPartiallyAcceptCompletion`).
+
+Each handler translates LSP values to str offsets and plain values, delegates
+(to documents.py, completions.py), and translates back. Bad input is answered
+with a JSON-RPC error and the server keeps serving. lsprotocol types stop here.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+import cattrs
+from dgemma_lsp.engine import errors
+from dgemma_lsp.engine.types import EngineStatus
+from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+
+from .completions import Completer, Selected, Suggestion
+from .documents import DocumentStore, OpenDocument, UnknownDocumentError
+from .engine_client import EngineClient
+from .positions import LineIndex, PositionError
+from .scheduler import CompletionCache, LatestWins, Superseded
+from .settings import SECTION, ServerSettings, decode_settings
+
+log = logging.getLogger(__name__)
+
+REWRITE_COMMAND = "dgemma.rewriteSelection"
+STATUS_COMMAND = "dgemma.status"
+DRAFT_NOTIFICATION = "dgemma/draft"
+STATUS_NOTIFICATION = "dgemma/status"
+DID_SHOW = "dgemma/didShowCompletion"
+DID_PARTIALLY_ACCEPT = "dgemma/didPartiallyAcceptCompletion"
+REQUEST_FAILED = int(lsp.LSPErrorCodes.RequestFailed)
+CONTENT_MODIFIED = int(lsp.LSPErrorCodes.ContentModified)
+
+
+class _Answered:
+    """A request whose params failed to decode and that was already answered with an error."""
+
+
+_ANSWERED = _Answered()
+
+
+class DGemmaProtocol(LanguageServerProtocol):
+    """pygls' protocol, plus: malformed params get a JSON-RPC error instead of silence.
+
+    pygls 2.1.1 logs a request whose params do not decode and never answers it,
+    which leaves the editor waiting forever.
+    """
+
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as error:
+            if not (isinstance(data, dict) and "method" in data):
+                raise
+            detail = _decode_problem(error.__cause__) or str(error)
+            method = data.get("method")
+            if "id" in data:
+                self._send_response(
+                    data["id"],
+                    error=lsp.ResponseError(
+                        code=JsonRpcInvalidParams.CODE, message=f"invalid params for {method}: {detail}"
+                    ),
+                )
+            else:
+                log.warning("ignoring %s with invalid params: %s", method, detail)
+            return _ANSWERED
+
+    def handle_message(self, message):
+        if message is _ANSWERED:
+            return
+        super().handle_message(message)
+
+
+def _decode_problem(cause: BaseException | None) -> str:
+    if isinstance(cause, cattrs.ClassValidationError):
+        return "; ".join(cattrs.transform_error(cause, path="params")).replace("$.", "")
+    return str(cause) if cause else ""
+
+
+class DGemmaServer(LanguageServer):
+    """Holds the session state; handlers are registered by `build_server`."""
+
+    def __init__(self, engine: EngineClient, version: str = "0") -> None:
+        super().__init__("dgemma-lsp", version, protocol_cls=DGemmaProtocol)
+        self.engine = engine
+        self.documents = DocumentStore()
+        self.settings = ServerSettings()
+        self.scheduler = LatestWins()
+        self.cache = CompletionCache(self.settings.cache_size)
+        self.completer = Completer(engine, self.scheduler, self.cache)
+        self._pending_problems: list[str] = []
+        self._last_status: dict[str, Any] | None = None
+        self._load_progress: str | None = None
+        self._load_error_shown = False
+
+    # -- translation helpers -------------------------------------------------------
+
+    @property
+    def encoding(self):
+        encoding = self.workspace.position_encoding or "utf-16"
+        return str(getattr(encoding, "value", encoding))
+
+    def document(self, uri: str) -> OpenDocument:
+        try:
+            return self.documents.get(uri)
+        except UnknownDocumentError as error:
+            raise JsonRpcInvalidParams(str(error)) from None
+
+    def offset(self, document: OpenDocument, position: lsp.Position) -> int:
+        try:
+            return document.offset(position.line, position.character, self.encoding)
+        except PositionError as error:
+            raise JsonRpcInvalidParams(f"position {position.line}:{position.character}: {error}") from None
+
+    def span(self, document: OpenDocument, range_: lsp.Range) -> tuple[int, int]:
+        start, end = self.offset(document, range_.start), self.offset(document, range_.end)
+        if end < start:
+            raise JsonRpcInvalidParams("range ends before it starts")
+        return start, end
+
+    def to_position(self, lines: LineIndex, offset: int) -> lsp.Position:
+        line, character = lines.position(offset, self.encoding)
+        return lsp.Position(line=line, character=character)
+
+    def to_range(self, lines: LineIndex, start: int, end: int) -> lsp.Range:
+        return lsp.Range(start=self.to_position(lines, start), end=self.to_position(lines, end))
+
+    # -- settings --------------------------------------------------------------------
+
+    def apply_settings(self, raw: Any, *, show_problems: bool = True) -> None:
+        settings, problems = decode_settings(raw, self.settings)
+        if settings != self.settings:
+            self.cache.clear()
+            self.cache.capacity = settings.cache_size
+        self.settings = settings
+        if problems:
+            if show_problems:
+                self.show_settings_problems(problems)
+            else:
+                self._pending_problems.extend(problems)
+
+    def show_settings_problems(self, problems: list[str]) -> None:
+        names = ", ".join(f"'{name}'" for name in problems)
+        message = f"dgemma-lsp: invalid setting {names}; using the default instead."
+        log.warning(message)
+        self.window_show_message(lsp.ShowMessageParams(type=lsp.MessageType.Warning, message=message))
+
+    # -- status and progress -------------------------------------------------------------
+
+    def on_engine_status(self, status: EngineStatus) -> None:
+        if self._load_progress is not None and status.state not in ("idle", "loading"):
+            token, self._load_progress = self._load_progress, None
+            message = "model ready" if status.state != "error" else f"model failed to load: {status.message}"
+            self.work_done_progress.end(token, lsp.WorkDoneProgressEnd(message=message))
+        if status.state == "error" and not self._load_error_shown:
+            self._load_error_shown = True
+            self.window_show_message(
+                lsp.ShowMessageParams(
+                    type=lsp.MessageType.Error, message=f"dgemma-lsp: {status.message or 'model failed to load'}"
+                )
+            )
+        payload = status_payload(status, self.scheduler.in_flight)
+        payload.pop("inFlight")
+        if self.settings.wants_status and payload != self._last_status:
+            self.protocol.notify(STATUS_NOTIFICATION, payload)
+        self._last_status = payload
+
+    async def start_engine(self) -> None:
+        self.engine.on_status(self.on_engine_status)
+        await self.engine.start()
+        window = self.client_capabilities.window
+        if not (window and window.work_done_progress) or self.engine.status().state != "loading":
+            return
+        token = f"dgemma-load-{uuid.uuid4().hex[:8]}"
+        try:
+            await self.work_done_progress.create_async(token)
+        except Exception as error:  # the client refused: no progress bar, nothing else changes
+            log.info("no load progress: %s", error)
+            return
+        if self.engine.status().state != "loading":
+            return
+        self._load_progress = token
+        self.work_done_progress.begin(
+            token,
+            lsp.WorkDoneProgressBegin(
+                title="DiffusionGemma", message=f"loading model {self.engine.status().model}", cancellable=False
+            ),
+        )
+
+    # -- results -----------------------------------------------------------------------------
+
+    def inline_items(self, lines: LineIndex, cursor: int, result: list[Suggestion] | Superseded):
+        if isinstance(result, Superseded):
+            return lsp.InlineCompletionList(items=[])
+        items = []
+        for suggestion in result:
+            pure_insert = suggestion.start == suggestion.end == cursor
+            items.append(
+                lsp.InlineCompletionItem(
+                    insert_text=suggestion.text,
+                    range=None if pure_insert else self.to_range(lines, suggestion.start, suggestion.end),
+                )
+            )
+        return lsp.InlineCompletionList(items=items)
+
+    async def rewrite_edit(self, uri: str, range_: lsp.Range) -> lsp.WorkspaceEdit:
+        document = self.document(uri)
+        start, end = self.span(document, range_)
+        if start == end:
+            raise JsonRpcInvalidParams("the selection is empty: select the code to rewrite")
+        version, lines = document.version, document.lines
+        try:
+            text = await self.completer.rewrite(document, start, end, self.settings)
+        except errors.EngineError as error:
+            raise JsonRpcException(f"rewrite failed: {error}", code=REQUEST_FAILED) from None
+        if text is None:
+            status = self.engine.status()
+            raise JsonRpcException(
+                f"the model is not available ({status.state}: {status.message})", code=REQUEST_FAILED
+            )
+        if document.version != version:
+            raise JsonRpcException("the document changed while rewriting", code=CONTENT_MODIFIED)
+        return lsp.WorkspaceEdit(
+            changes={uri: [lsp.TextEdit(range=self.to_range(lines, start, end), new_text=text)]}
+        )
+
+
+def status_payload(status: EngineStatus, in_flight: int) -> dict[str, Any]:
+    """The `dgemma/status` notification body (and the `dgemma.status` command's result)."""
+    return {
+        "state": status.state,
+        "model": status.model,
+        "device": status.device,
+        "message": status.message,
+        "lastLatencyMs": status.last_latency_ms,
+        "inFlight": in_flight,
+    }
+
+
+def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
+    server = DGemmaServer(engine, version)
+
+    @server.feature(lsp.INITIALIZE)
+    def initialize(ls: DGemmaServer, params: lsp.InitializeParams) -> None:
+        # Problems are shown after `initialized`: messages before the initialize answer are discouraged.
+        ls.apply_settings(params.initialization_options, show_problems=False)
+
+    @server.feature(lsp.INITIALIZED)
+    async def initialized(ls: DGemmaServer, params: lsp.InitializedParams) -> None:
+        if ls._pending_problems:
+            problems, ls._pending_problems = ls._pending_problems, []
+            ls.show_settings_problems(problems)
+        await ls.start_engine()
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: DGemmaServer, params: lsp.DidOpenTextDocumentParams) -> None:
+        item = params.text_document
+        ls.documents.open(item.uri, item.language_id, item.version, item.text)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: DGemmaServer, params: lsp.DidChangeTextDocumentParams) -> None:
+        changes = []
+        for change in params.content_changes:
+            if isinstance(change, lsp.TextDocumentContentChangePartial):
+                r = change.range
+                changes.append(((r.start.line, r.start.character, r.end.line, r.end.character), change.text))
+            else:
+                changes.append((None, change.text))
+        try:
+            ls.documents.change(params.text_document.uri, params.text_document.version, changes, ls.encoding)
+        except (UnknownDocumentError, PositionError) as error:
+            log.error("didChange ignored, client and server disagree: %s", error)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: DGemmaServer, params: lsp.DidCloseTextDocumentParams) -> None:
+        ls.scheduler.supersede(params.text_document.uri)
+        ls.documents.close(params.text_document.uri)
+        ls.cache.clear(params.text_document.uri)
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: DGemmaServer, params: lsp.DidChangeConfigurationParams) -> None:
+        raw = params.settings
+        workspace = ls.client_capabilities.workspace
+        if raw is None and workspace and workspace.configuration:  # the pull model
+            (raw,) = await ls.workspace_configuration_async(
+                lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=SECTION)])
+            )
+        ls.apply_settings(raw)
+
+    @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
+    async def inline_completion(ls: DGemmaServer, params: lsp.InlineCompletionParams):
+        document = ls.document(params.text_document.uri)
+        cursor = ls.offset(document, params.position)
+        if not ls.settings.enable:
+            return lsp.InlineCompletionList(items=[])
+        automatic = params.context.trigger_kind == lsp.InlineCompletionTriggerKind.Automatic
+        selected = None
+        if (info := params.context.selected_completion_info) is not None:
+            start, end = ls.span(document, info.range)
+            selected = Selected(start, end, info.text)
+        on_draft = draft_sink(ls, document, params.position) if ls.settings.drafts else None
+        lines = document.lines  # the answer's positions refer to the text as of this request
+        result = await ls.completer.complete(
+            document,
+            cursor,
+            wanted=1 if automatic else ls.settings.max_candidates,
+            settings=ls.settings,
+            selected=selected,
+            on_draft=on_draft,
+        )
+        return ls.inline_items(lines, cursor, result)
+
+    @server.feature(
+        lsp.TEXT_DOCUMENT_CODE_ACTION,
+        lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.RefactorRewrite], resolve_provider=True),
+    )
+    def code_action(ls: DGemmaServer, params: lsp.CodeActionParams):
+        document = ls.document(params.text_document.uri)
+        start, end = ls.span(document, params.range)
+        only = params.context.only
+        if start == end or (only and not any(lsp.CodeActionKind.RefactorRewrite.startswith(k) for k in only)):
+            return []
+        title = "Rewrite selection (DiffusionGemma)"
+        if _client_resolves_edits(ls.client_capabilities):
+            data = {"uri": document.uri, "version": document.version, "range": ls.protocol._converter.unstructure(params.range)}
+            return [lsp.CodeAction(title=title, kind=lsp.CodeActionKind.RefactorRewrite, data=data)]
+        command = lsp.Command(
+            title=title, command=REWRITE_COMMAND, arguments=[document.uri, ls.protocol._converter.unstructure(params.range)]
+        )
+        return [lsp.CodeAction(title=title, kind=lsp.CodeActionKind.RefactorRewrite, command=command)]
+
+    @server.feature(lsp.CODE_ACTION_RESOLVE)
+    async def code_action_resolve(ls: DGemmaServer, action: lsp.CodeAction) -> lsp.CodeAction:
+        uri, range_, version = _rewrite_data(ls, action.data)
+        if version is not None and ls.document(uri).version != version:
+            raise JsonRpcException("the document changed since the action was offered", code=CONTENT_MODIFIED)
+        action.edit = await ls.rewrite_edit(uri, range_)
+        return action
+
+    @server.command(REWRITE_COMMAND)
+    async def rewrite_selection(ls: DGemmaServer, *args: Any):
+        if len(args) != 2:
+            raise JsonRpcInvalidParams(f"{REWRITE_COMMAND} takes (uri, range), got {len(args)} arguments")
+        uri, range_, _ = _rewrite_data(ls, {"uri": args[0], "range": args[1]})
+        edit = await ls.rewrite_edit(uri, range_)
+        applied = await ls.workspace_apply_edit_async(
+            lsp.ApplyWorkspaceEditParams(edit=edit, label="Rewrite selection")
+        )
+        return {"applied": applied.applied, "failureReason": applied.failure_reason}
+
+    @server.command(STATUS_COMMAND)
+    def status_command(ls: DGemmaServer, *args: Any):
+        return status_payload(ls.engine.status(), ls.scheduler.in_flight)
+
+    @server.feature(DID_SHOW)
+    def did_show(ls: DGemmaServer, params: Any) -> None:
+        log.info("completion shown: %s", _short(params))
+
+    @server.feature(DID_PARTIALLY_ACCEPT)
+    def did_partially_accept(ls: DGemmaServer, params: Any) -> None:
+        log.info("completion partially accepted: %s", _short(params))
+
+    @server.feature(lsp.SHUTDOWN)
+    async def shutdown(ls: DGemmaServer, params: None) -> None:
+        ls.scheduler.cancel_all()
+        await ls.engine.close()
+
+    return server
+
+
+def draft_sink(ls: DGemmaServer, document: OpenDocument, position: lsp.Position):
+    """Sends `dgemma/draft` for one request; the request id ties drafts to their request."""
+    uri, version, request_id = document.uri, document.version, ls.protocol.msg_id
+    where = {"line": position.line, "character": position.character}
+
+    def send(step: int, text: str) -> None:
+        ls.protocol.notify(
+            DRAFT_NOTIFICATION,
+            {"uri": uri, "version": version, "position": where, "requestId": request_id, "step": step, "text": text},
+        )
+
+    return send
+
+
+def _rewrite_data(ls: DGemmaServer, data: Any) -> tuple[str, lsp.Range, int | None]:
+    if not isinstance(data, dict) or not isinstance(data.get("uri"), str):
+        raise JsonRpcInvalidParams("expected {uri, range} for the rewrite")
+    try:
+        range_ = ls.protocol._converter.structure(data.get("range"), lsp.Range)
+    except Exception:
+        raise JsonRpcInvalidParams(f"not an LSP range: {data.get('range')!r}") from None
+    version = data.get("version")
+    return data["uri"], range_, version if isinstance(version, int) else None
+
+
+def _client_resolves_edits(capabilities: lsp.ClientCapabilities) -> bool:
+    text_document = capabilities.text_document
+    code_action = text_document.code_action if text_document else None
+    support = code_action.resolve_support if code_action else None
+    return bool(support and "edit" in support.properties)
+
+
+def _short(params: Any) -> str:
+    text = repr(params)
+    return text if len(text) < 300 else text[:300] + "..."

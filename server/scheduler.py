@@ -1,0 +1,168 @@
+"""When to run the engine: cache first, then per-document latest-wins with a coalescing window.
+
+Editors send bursts: Neovim re-requests on every cursor move and never sends
+`$/cancelRequest`; VS Code cancels, but only after the next request is out.
+So for each document only the newest request may do work:
+  1. the cache is checked before anything waits (a repeated request, or one
+     whose user typed the first characters of a cached answer, is answered at
+     once — waiting first would cost the debounce on every hit);
+  2. a newer request for the same document supersedes the older one: the
+     older one's task is cancelled (which stops its denoising within one step)
+     and it answers "nothing" instead of an error;
+  3. a miss waits a short coalescing window, so a keystroke arriving right
+     behind supersedes this request before any denoising starts.
+Knows asyncio and the engine's Candidate type; knows nothing of LSP or models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import msgspec
+from dgemma_lsp.engine.types import Candidate
+
+T = TypeVar("T")
+
+
+class Superseded:
+    """Marker result: a newer request for the same document took over."""
+
+    def __repr__(self) -> str:
+        return "SUPERSEDED"
+
+
+SUPERSEDED = Superseded()
+
+
+@dataclass
+class _Job:
+    task: asyncio.Task
+    superseded: bool = False
+
+
+class LatestWins:
+    """At most one live request per key (document URI); the newest wins."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, _Job] = {}
+
+    @property
+    def in_flight(self) -> int:
+        """Requests still waiting or denoising."""
+        return len(self._jobs)
+
+    def supersede(self, key: str) -> None:
+        """Cancel the live request for `key`, if any; it will answer SUPERSEDED."""
+        job = self._jobs.pop(key, None)
+        if job is not None and not job.task.done():
+            job.superseded = True
+            job.task.cancel()
+
+    def cancel_all(self) -> None:
+        for key in list(self._jobs):
+            self.supersede(key)
+
+    async def run(
+        self,
+        key: str,
+        lookup: Callable[[], T | None],
+        work: Callable[[], Awaitable[T]],
+        window_s: float,
+    ) -> T | Superseded:
+        """Answer from `lookup` if it has something, else wait `window_s` and run `work`.
+
+        Must be awaited by the request's own task: that task is what a newer
+        request cancels, and what `$/cancelRequest` cancels (which propagates
+        as CancelledError, unlike supersession).
+        """
+        self.supersede(key)
+        hit = lookup()
+        if hit is not None:
+            return hit
+        task = asyncio.current_task()
+        assert task is not None, "LatestWins.run must run inside a task"
+        job = _Job(task)
+        self._jobs[key] = job
+        try:
+            if window_s > 0:
+                await asyncio.sleep(window_s)  # the coalescing window, cancellable
+            return await work()
+        except asyncio.CancelledError:
+            # Supersession is not an error: answer "nothing". A cancel from the
+            # client as well (cancelling() stays > 0) still propagates.
+            if job.superseded and task.uncancel() == 0:
+                return SUPERSEDED
+            raise
+        finally:
+            if self._jobs.get(key) is job:
+                del self._jobs[key]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    prefix: str
+    suffix: str
+    requested: int
+    candidates: tuple[Candidate, ...]
+
+
+class CompletionCache:
+    """Finished completions by (key, prefix, suffix), least recently used dropped first.
+
+    A lookup also hits when the text between a cached cursor and the new one
+    was typed by the user and is the start of a cached candidate ("typed
+    ahead"): the answer is the rest of that candidate.
+    """
+
+    def __init__(self, capacity: int = 128) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
+        self._serial = 0
+
+    def clear(self, key: str | None = None) -> None:
+        if key is None:
+            self._entries.clear()
+        else:
+            for k in [k for k in self._entries if k[0] == key]:
+                del self._entries[k]
+
+    def store(self, key: str, text: str, offset: int, requested: int, candidates: list[Candidate]) -> None:
+        if self.capacity <= 0:
+            return
+        prefix, suffix = text[:offset], text[offset:]
+        for k, entry in list(self._entries.items()):  # one entry per (key, cursor context)
+            if k[0] == key and entry.prefix == prefix and entry.suffix == suffix:
+                del self._entries[k]
+        self._serial += 1
+        self._entries[(key, self._serial)] = _Entry(prefix, suffix, requested, tuple(candidates))
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+    def lookup(self, key: str, text: str, offset: int, wanted: int) -> list[Candidate] | None:
+        """Candidates for the cursor at `offset` in `text`, or None on a miss."""
+        suffix = text[offset:]
+        for k in reversed(self._entries):  # newest first
+            if k[0] != key:
+                continue
+            entry = self._entries[k]
+            if entry.requested < wanted or entry.suffix != suffix:
+                continue
+            cursor = len(entry.prefix)
+            if cursor > offset or not text.startswith(entry.prefix):
+                continue
+            typed = text[cursor:offset]
+            if not typed and not entry.candidates:
+                return []  # a repeat of a request that had nothing to offer
+            rest = [
+                msgspec.structs.replace(c, text=c.text[len(typed):])
+                for c in entry.candidates
+                if c.text.startswith(typed) and len(c.text) > len(typed)
+            ]
+            if rest:
+                self._entries.move_to_end(k)
+                return rest[:wanted]
+        return None

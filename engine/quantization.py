@@ -1,0 +1,422 @@
+"""Quantized residency of DiffusionGemma weights (`--quantization none|fp8|int8|int4`).
+
+Owns: weight-only quantization of the fused MoE expert tensors and of the text
+attention/MLP linears, applied in place to a loaded model; the modules that
+dequantize on the fly in their forward; and save/load of the quantized model
+so the next start skips the bf16 checkpoint. Knows nothing of prompts,
+denoising, LSP, or where checkpoints live; the packing formats are in
+`quant_kernels`.
+
+What is quantized (each tied tensor once: the encoder and decoder share every
+text-layer weight, so both positions get the *same* quantized module):
+- experts: `DiffusionGemmaTextExperts.gate_up_proj` `[E, 2I, H]` and
+  `down_proj` `[E, H, I]` (~88% of the weights) -> `QuantizedExperts`, which
+  dequantizes only the experts the router actually picked, one at a time, so
+  no full-precision copy of a layer's experts ever exists.
+- linears: q/k/v/o projections, the shared dense MLP and the decoder's
+  self-conditioning MLP -> `QuantizedLinear`.
+- kept in full precision: embeddings (tied to `lm_head`: quantizing the head
+  alone would add a copy, not save one), router projections (routing decides
+  which weights run at all; they are tiny), norms, and the vision tower (unused
+  for code infill).
+
+Why not a library (checked on torch 2.13 CPU, torchao 0.18, transformers 5.23):
+- torchao `Int8WeightOnlyConfig` / `Float8WeightOnlyConfig` work for
+  `nn.Linear` (and even 3-D parameters via `FqnToConfig`), but `quantize_`
+  gives the encoder and decoder separate copies of every tied weight (the
+  linears' memory doubles and `lm_head` unties), `Int4WeightOnlyConfig` needs
+  the CUDA-only `mslk` package, and `IntxWeightOnlyConfig(int4)` stores one
+  int8 per value (no saving) and rejects 3-D tensors. One format for both
+  experts and linears keeps ties, save/load and int4 uniform.
+- bitsandbytes quantizes only `nn.Linear` and never the fused 3-D experts.
+- transformers' `FineGrainedFP8Config` needs a GPU at load time.
+So the packing (~100 lines in `quant_kernels`) is written here; the matmuls
+stay plain `F.linear` on dequantized weights. What this does not do: fused
+dequant-GEMM kernels (a GPU would need them to beat bf16 on speed; see
+`bench/quant_gpu.py`).
+
+Save format (a folder): `quantized.safetensors` holds every parameter and
+buffer of the model once (non-persistent buffers too, so a skeleton built on
+the meta device loads completely); `quantization.json` records the mode, the
+group size, the modules replaced and which names alias which tensor.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+import torch
+from torch import nn
+
+from .quant_kernels import PACKED_MODES, dequantize, packed_bytes, quantize
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["none", "fp8", "int8", "int4"]
+MODES: tuple[Mode, ...] = ("none", "fp8", "int8", "int4")
+DEFAULT_GROUP_SIZE = 128
+SAVE_FORMAT_VERSION = 1
+WEIGHTS_FILE = "quantized.safetensors"
+MANIFEST_FILE = "quantization.json"
+
+
+class QuantizationReport(msgspec.Struct, frozen=True):
+    """What `quantize_model` / `load_quantized` did, in resident bytes (scales included)."""
+
+    mode: str
+    """none, fp8, int8 or int4."""
+    group_size: int
+    """Requested inputs per scale; a tensor whose input dim it does not divide uses the largest halving that does."""
+    expert_bytes_before: int
+    """Fused expert tensors before quantization, counted once per tied tensor, in their loaded dtype."""
+    expert_bytes_after: int
+    """Packed expert data + scales."""
+    linear_bytes_before: int
+    """Quantized attention/MLP linears before, counted once per tied tensor."""
+    linear_bytes_after: int
+    """Packed linear data + scales."""
+    expert_modules: int
+    """Distinct expert modules quantized (one per layer: encoder and decoder share it)."""
+    linear_modules: int
+    """Distinct linears quantized."""
+
+    @property
+    def expert_factor(self) -> float:
+        """How many times smaller the experts became (1.0 for none)."""
+        return self.expert_bytes_before / self.expert_bytes_after if self.expert_bytes_after else 1.0
+
+    @property
+    def linear_factor(self) -> float:
+        return self.linear_bytes_before / self.linear_bytes_after if self.linear_bytes_after else 1.0
+
+
+class QuantizedExperts(nn.Module):
+    """Drop-in for `DiffusionGemmaTextExperts` holding packed weights.
+
+    Same forward contract: hidden_states `[T, H]`, top_k_index `[T, K]`,
+    top_k_weights `[T, K]` -> `[T, H]`. Each routed expert is dequantized to
+    the activations' dtype just before its two matmuls and dropped after.
+    """
+
+    def __init__(self, *, mode: str, num_experts: int, act_fn: nn.Module) -> None:
+        super().__init__()
+        assert mode in PACKED_MODES, f"QuantizedExperts needs a packed mode, got {mode!r}"
+        self.mode = mode
+        self.num_experts = num_experts
+        self.act_fn = act_fn
+        self.register_buffer("gate_up_data", torch.empty(0, dtype=torch.uint8))
+        self.register_buffer("gate_up_scales", torch.empty(0))
+        self.register_buffer("down_data", torch.empty(0, dtype=torch.uint8))
+        self.register_buffer("down_scales", torch.empty(0))
+
+    @classmethod
+    def from_experts(cls, experts: nn.Module, mode: str, group_size: int) -> QuantizedExperts:
+        module = cls(mode=mode, num_experts=experts.num_experts, act_fn=experts.act_fn)
+        # gate_up: [E, 2I, H] -> data [E, 2I, H or H/2], scales [E, 2I, H/group]
+        module.gate_up_data, module.gate_up_scales = quantize(experts.gate_up_proj, mode, group_size)
+        # down: [E, H, I] -> data [E, H, I or I/2], scales [E, H, I/group]
+        module.down_data, module.down_scales = quantize(experts.down_proj, mode, group_size)
+        return module
+
+    def resident_bytes(self) -> int:
+        return packed_bytes(self.gate_up_data, self.gate_up_scales) + packed_bytes(
+            self.down_data, self.down_scales
+        )
+
+    def expert_weights(self, expert: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """One expert's (gate_up `[2I, H]`, down `[H, I]`) in `dtype`."""
+        gate_up = dequantize(self.gate_up_data[expert], self.gate_up_scales[expert], self.mode, dtype)
+        down = dequantize(self.down_data[expert], self.down_scales[expert], self.mode, dtype)
+        return gate_up, down
+
+    def forward(
+        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        top_k = top_k_index.shape[-1]
+        output = torch.zeros_like(hidden_states)  # [T, H]
+        flat_experts = top_k_index.reshape(-1)  # [T*K]
+        flat_weights = top_k_weights.reshape(-1)  # [T*K]
+        # Sort the (token, slot) pairs by expert once; one host sync for the counts
+        # instead of one per expert, and unrouted experts are never touched.
+        order = torch.argsort(flat_experts, stable=True)  # [T*K]
+        counts = torch.bincount(flat_experts, minlength=self.num_experts).tolist()
+        start = 0
+        for expert, count in enumerate(counts):
+            if count == 0:
+                continue
+            pairs = order[start : start + count]  # [n]
+            start += count
+            tokens = pairs // top_k  # [n]
+            gate_up, down = self.expert_weights(expert, hidden_states.dtype)
+            gate, up = nn.functional.linear(hidden_states[tokens], gate_up).chunk(2, dim=-1)  # [n, I] each
+            expert_out = nn.functional.linear(self.act_fn(gate) * up, down)  # [n, H]
+            expert_out = expert_out * flat_weights[pairs, None]
+            output.index_add_(0, tokens, expert_out.to(output.dtype))
+        return output
+
+
+class QuantizedLinear(nn.Module):
+    """Drop-in for a bias-free `nn.Linear` holding a packed weight, dequantized per call."""
+
+    def __init__(self, *, mode: str, in_features: int, out_features: int) -> None:
+        super().__init__()
+        assert mode in PACKED_MODES, f"QuantizedLinear needs a packed mode, got {mode!r}"
+        self.mode = mode
+        self.in_features = in_features
+        self.out_features = out_features
+        self.register_buffer("weight_data", torch.empty(0, dtype=torch.uint8))
+        self.register_buffer("weight_scales", torch.empty(0))
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, mode: str, group_size: int) -> QuantizedLinear:
+        assert linear.bias is None, "the DiffusionGemma text linears have no bias; a biased one would lose it"
+        module = cls(mode=mode, in_features=linear.in_features, out_features=linear.out_features)
+        module.weight_data, module.weight_scales = quantize(linear.weight, mode, group_size)
+        return module
+
+    def resident_bytes(self) -> int:
+        return packed_bytes(self.weight_data, self.weight_scales)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight = dequantize(self.weight_data, self.weight_scales, self.mode, x.dtype)  # [out, in]
+        return nn.functional.linear(x, weight)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, mode={self.mode}"
+
+
+def quantize_model(
+    model: nn.Module, mode: Mode, *, group_size: int = DEFAULT_GROUP_SIZE
+) -> QuantizationReport:
+    """Quantize `model` (a DiffusionGemmaForBlockDiffusion) in place; the old weights are freed.
+
+    Call after the model is on its device: quantizing on the GPU is fast and the
+    bf16 tensors leave memory as each module is replaced.
+    """
+    assert mode in MODES, f"quantization must be one of {MODES}, got {mode!r}"
+    experts_groups, linear_groups = _quantizable_modules(model)
+    expert_before = sum(
+        _param_bytes(modules[0][1].gate_up_proj, modules[0][1].down_proj) for modules in experts_groups
+    )
+    linear_before = sum(_param_bytes(modules[0][1].weight) for modules in linear_groups)
+    if mode == "none":
+        return QuantizationReport(
+            mode=mode,
+            group_size=group_size,
+            expert_bytes_before=expert_before,
+            expert_bytes_after=expert_before,
+            linear_bytes_before=linear_before,
+            linear_bytes_after=linear_before,
+            expert_modules=0,
+            linear_modules=0,
+        )
+    expert_after = linear_after = 0
+    with torch.no_grad():
+        for modules in experts_groups:
+            quantized = QuantizedExperts.from_experts(modules[0][1], mode, group_size)
+            expert_after += quantized.resident_bytes()
+            for name, _ in modules:
+                _replace_module(model, name, quantized)
+        for modules in linear_groups:
+            quantized = QuantizedLinear.from_linear(modules[0][1], mode, group_size)
+            linear_after += quantized.resident_bytes()
+            for name, _ in modules:
+                _replace_module(model, name, quantized)
+    model._dgemma_quantization = (mode, group_size)  # read by save_quantized
+    return QuantizationReport(
+        mode=mode,
+        group_size=group_size,
+        expert_bytes_before=expert_before,
+        expert_bytes_after=expert_after,
+        linear_bytes_before=linear_before,
+        linear_bytes_after=linear_after,
+        expert_modules=len(experts_groups),
+        linear_modules=len(linear_groups),
+    )
+
+
+def save_quantized(model: nn.Module, folder: Path) -> None:
+    """Write the whole quantized model (every tensor once) to `folder`, replacing what was there."""
+    from safetensors.torch import save_file
+
+    mode, group_size = getattr(model, "_dgemma_quantization", ("none", DEFAULT_GROUP_SIZE))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    unique: dict[int, str] = {}
+    tensors: dict[str, torch.Tensor] = {}
+    aliases: dict[str, str] = {}
+    kinds: dict[str, str] = {}
+    for name, tensor, kind in _all_tensors(model):
+        kinds[name] = kind
+        canonical = unique.setdefault(id(tensor), name)
+        if canonical == name:
+            tensors[name] = tensor.detach().contiguous().cpu()
+        else:
+            aliases[name] = canonical
+    replaced = {
+        name: {"kind": type(module).__name__, "mode": module.mode, **_module_shape(module)}
+        for name, module in model.named_modules(remove_duplicate=False)
+        if isinstance(module, QuantizedExperts | QuantizedLinear)
+    }
+    manifest = {
+        "format_version": SAVE_FORMAT_VERSION,
+        "mode": mode,
+        "group_size": group_size,
+        "modules": replaced,
+        "aliases": aliases,
+        "kinds": kinds,
+    }
+    # Write to temporary names first: a crash mid-save must not leave a folder that looks complete.
+    save_file(tensors, folder / (WEIGHTS_FILE + ".partial"))
+    (folder / (MANIFEST_FILE + ".partial")).write_text(json.dumps(manifest, indent=1), "utf-8")
+    (folder / (WEIGHTS_FILE + ".partial")).replace(folder / WEIGHTS_FILE)
+    (folder / (MANIFEST_FILE + ".partial")).replace(folder / MANIFEST_FILE)
+
+
+def load_quantized(
+    model_skeleton: nn.Module, folder: Path, *, device: str | torch.device = "cpu"
+) -> QuantizationReport:
+    """Fill `model_skeleton` in place from a folder written by `save_quantized`.
+
+    The skeleton is an unquantized DiffusionGemmaForBlockDiffusion of the same
+    config; build it on the meta device so no memory or time goes into weights
+    that are about to be replaced:
+        with torch.device("meta"): model = DiffusionGemmaForBlockDiffusion(config)
+        load_quantized(model, folder, device="cuda")
+    The expert/linear byte counts in the returned report are of the loaded
+    packed tensors; "before" is what the same tensors take in bf16.
+    """
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    manifest = json.loads((folder / MANIFEST_FILE).read_text("utf-8"))
+    assert manifest["format_version"] == SAVE_FORMAT_VERSION, (
+        f"{folder} holds quantization format {manifest['format_version']}, this build reads {SAVE_FORMAT_VERSION}"
+    )
+    tensors = load_file(folder / WEIGHTS_FILE, device=str(device))
+    shared: dict[tuple, nn.Module] = {}
+    for name, spec in manifest["modules"].items():
+        original = model_skeleton.get_submodule(name)
+        # Modules that shared weights before saving share one quantized module again.
+        key = (
+            spec["kind"],
+            *(manifest["aliases"].get(f"{name}.{b}", f"{name}.{b}") for b in _buffers_of(spec)),
+        )
+        if key not in shared:
+            shared[key] = _empty_quantized(spec, original)
+        _replace_module(model_skeleton, name, shared[key])
+    params: dict[int, nn.Parameter] = {}
+    for name, kind in manifest["kinds"].items():
+        _assign(model_skeleton, name, tensors[manifest["aliases"].get(name, name)], kind, params)
+    leftovers = [n for n, t, _ in _all_tensors(model_skeleton) if t.device.type == "meta"]
+    assert not leftovers, f"{folder} does not cover the skeleton: {leftovers[:5]}"
+    model_skeleton._dgemma_quantization = (manifest["mode"], manifest["group_size"])
+    if manifest["mode"] == "none":
+        return quantize_model(model_skeleton, "none", group_size=manifest["group_size"])
+    return _report_from_loaded(model_skeleton, manifest["mode"], manifest["group_size"])
+
+
+def _quantizable_modules(
+    model: nn.Module,
+) -> tuple[list[list[tuple[str, nn.Module]]], list[list[tuple[str, nn.Module]]]]:
+    """Experts and text linears, grouped by the tensor they hold (tied positions share a group)."""
+    experts: dict[int, list[tuple[str, nn.Module]]] = {}
+    linears: dict[int, list[tuple[str, nn.Module]]] = {}
+    for name, module in model.named_modules(remove_duplicate=False):
+        if type(module).__name__ == "DiffusionGemmaTextExperts":
+            experts.setdefault(id(module.gate_up_proj), []).append((name, module))
+        elif isinstance(module, nn.Linear) and _is_quantized_linear(name):
+            linears.setdefault(id(module.weight), []).append((name, module))
+    return list(experts.values()), list(linears.values())
+
+
+def _is_quantized_linear(name: str) -> bool:
+    in_text = name.startswith(
+        ("model.encoder.language_model.layers.", "model.decoder.layers.", "model.decoder.self_conditioning.")
+    )
+    return in_text and not name.endswith("router.proj")
+
+
+def _param_bytes(*tensors: torch.Tensor) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent_name, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
+
+
+def _all_tensors(model: nn.Module):
+    """(name, tensor, kind) for every parameter and buffer, tied names included, non-persistent buffers too."""
+    for module_name, module in model.named_modules(remove_duplicate=False):
+        prefix = f"{module_name}." if module_name else ""
+        for name, param in module._parameters.items():
+            if param is not None:
+                yield prefix + name, param, "parameter"
+        for name, buffer in module._buffers.items():
+            if buffer is not None:
+                yield prefix + name, buffer, "buffer"
+
+
+def _assign(
+    model: nn.Module, name: str, tensor: torch.Tensor, kind: str, params: dict[int, nn.Parameter]
+) -> None:
+    """Set one loaded tensor; tied names get the same Parameter object, as after from_pretrained."""
+    module_name, _, attr = name.rpartition(".")
+    module = model.get_submodule(module_name) if module_name else model
+    if kind == "parameter":
+        if id(tensor) not in params:
+            params[id(tensor)] = nn.Parameter(tensor, requires_grad=False)
+        module._parameters[attr] = params[id(tensor)]
+    else:
+        persistent = attr not in module._non_persistent_buffers_set
+        module.register_buffer(attr, tensor, persistent=persistent)
+
+
+def _empty_quantized(spec: dict, original: nn.Module) -> nn.Module:
+    if spec["kind"] == "QuantizedExperts":
+        return QuantizedExperts(mode=spec["mode"], num_experts=spec["num_experts"], act_fn=original.act_fn)
+    assert spec["kind"] == "QuantizedLinear", f"unknown quantized module kind {spec['kind']!r}"
+    return QuantizedLinear(
+        mode=spec["mode"], in_features=spec["in_features"], out_features=spec["out_features"]
+    )
+
+
+def _module_shape(module: nn.Module) -> dict:
+    if isinstance(module, QuantizedExperts):
+        return {"num_experts": module.num_experts}
+    return {"in_features": module.in_features, "out_features": module.out_features}
+
+
+def _buffers_of(spec: dict) -> tuple[str, ...]:
+    if spec["kind"] == "QuantizedExperts":
+        return ("gate_up_data",)
+    return ("weight_data",)
+
+
+def _report_from_loaded(model: nn.Module, mode: str, group_size: int) -> QuantizationReport:
+    experts = {id(m): m for m in model.modules() if isinstance(m, QuantizedExperts)}
+    linears = {id(m): m for m in model.modules() if isinstance(m, QuantizedLinear)}
+
+    def bf16_bytes(module: nn.Module) -> int:
+        if isinstance(module, QuantizedExperts):
+            shapes = [module.gate_up_data.shape, module.down_data.shape]
+        else:
+            shapes = [module.weight_data.shape]
+        unpack = 2 if module.mode == "int4" else 1
+        return sum(2 * s[:-1].numel() * s[-1] * unpack for s in shapes)
+
+    return QuantizationReport(
+        mode=mode,
+        group_size=group_size,
+        expert_bytes_before=sum(bf16_bytes(m) for m in experts.values()),
+        expert_bytes_after=sum(m.resident_bytes() for m in experts.values()),
+        linear_bytes_before=sum(bf16_bytes(m) for m in linears.values()),
+        linear_bytes_after=sum(m.resident_bytes() for m in linears.values()),
+        expert_modules=len(experts),
+        linear_modules=len(linears),
+    )

@@ -1,0 +1,95 @@
+"""`dgemma-lsp complete` / `rewrite` as a user runs them: a real subprocess, the tiny model."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLE = "import math\n\n\ndef area(radius):\n    return \n\n\nprint(area(2.0))\n"
+
+
+def dgemma(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dgemma_lsp.server.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "circle.py"
+    path.write_text(EXAMPLE)
+    return path
+
+
+def test_complete_json_reports_plan_candidates_steps_and_timings(source):
+    done = dgemma("complete", f"{source}:5:12", "--model", "tiny", "--steps", "4", "--seed", "1",
+                  "--candidates", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(report["plan"]) == {"kind", "region", "stop", "contextTokens"}
+    assert report["steps"] == report["drafts"] == 4
+    assert report["tokensPerForward"] > 0
+    assert set(report["timingsMs"]) == {"load", "prompt", "denoise", "total"}
+    for candidate in report["candidates"]:
+        assert {"text", "confidence", "syntaxOk"} <= set(candidate)
+
+
+def test_plain_output_is_the_infill_only_and_deterministic_by_seed(source):
+    first = dgemma("complete", f"{source}:5:12", "--steps", "3", "--seed", "7")
+    again = dgemma("complete", f"{source}:5:12", "--steps", "3", "--seed", "7")
+    assert first.returncode == again.returncode == 0
+    assert first.stdout == again.stdout
+    assert "{" not in first.stdout.splitlines()[0] or not first.stdout.startswith("{\n")
+
+
+def test_rewrite_reports_the_exact_selection(source):
+    done = dgemma("rewrite", f"{source}:8:7-8:16", "--steps", "4", "--seed", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    start, end = report["selection"]["start"], report["selection"]["end"]
+    assert EXAMPLE[start:end] == report["selection"]["text"] == "area(2.0)"
+    new_text = EXAMPLE[:start] + report["candidates"][0]["text"] + EXAMPLE[end:]
+    assert new_text.startswith(EXAMPLE[:start]) and new_text.endswith(EXAMPLE[end:])
+
+
+def test_a_10mb_file_is_cut_to_the_context_budget_and_answered(tmp_path):
+    big = tmp_path / "big.py"
+    lines = [f"value_{i} = {i}\n" for i in range(700_000)]
+    big.write_text("".join(lines))
+    assert big.stat().st_size > 10_000_000
+    done = dgemma("complete", f"{big}:350000:1", "--steps", "2", "--seed", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["plan"]["contextTokens"] <= 2048
+
+
+def _bad_inputs(tmp_path: Path, source: Path):
+    corrupt = tmp_path / "corrupt-model"
+    corrupt.mkdir()
+    (corrupt / "config.json").write_text("{not json")
+    binary = tmp_path / "latin1.py"
+    binary.write_bytes("caf\xe9 = 1\n".encode("latin-1"))
+    return {
+        "missing file": ["complete", f"{tmp_path}/nope.py:1:1"],
+        "line outside": ["complete", f"{source}:99:1"],
+        "column outside": ["complete", f"{source}:1:99"],
+        "no position": ["complete", str(source)],
+        "unknown model id": ["complete", f"{source}:1:1", "--model", "nobody/no-such-model"],
+        "corrupt model folder": ["complete", f"{source}:1:1", "--model", str(corrupt)],
+        "non-UTF-8 file": ["complete", f"{binary}:1:1"],
+        "empty selection": ["rewrite", f"{source}:2:1-2:1"],
+        "bad strength": ["rewrite", f"{source}:1:1-1:5", "--strength", "1.5"],
+    }
+
+
+def test_bad_input_is_one_clear_line_and_a_nonzero_exit(tmp_path, source):
+    for name, args in _bad_inputs(tmp_path, source).items():
+        done = dgemma(*args)
+        assert done.returncode == 2, (name, done.stderr)
+        assert "Traceback" not in done.stderr, name
+        lines = [line for line in done.stderr.splitlines() if line.startswith("dgemma-lsp:")]
+        assert len(lines) == 1, (name, done.stderr)
+        assert done.stdout == "", name

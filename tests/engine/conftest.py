@@ -1,0 +1,10 @@
+"""Engine fixtures: one real tiny DiffusionGemma runtime per test session."""
+
+import pytest
+
+from dgemma_lsp.engine.denoising import DenoisingRuntime
+
+
+@pytest.fixture(scope="session")
+def runtime() -> DenoisingRuntime:
+    return DenoisingRuntime.load("tiny")

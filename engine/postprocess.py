@@ -1,36 +1,420 @@
-"""Turns raw model text into the text to insert (first version). Knows nothing of tokens or LSP."""
+"""Turns the model's raw middle into the text to insert at the cursor.
+
+Rules, in order: strip Markdown fences; strip a repeated copy of the cursor line's
+prefix (or of the last lines before the cursor), which instruction-tuned models emit;
+stop where the hole's plan says (line end for `line`, before the closer for
+`expression`, where the block dedents or closes for `block`, before the suffix's next
+statement for `statement`, and every kind at `max_lines`); re-indent to the cursor's
+block; never insert a closer the suffix already has; trim text that repeats the start
+of the suffix; and drop whitespace-only or degenerate repetitive output (empty text).
+`replace_chars` > 0 only for an expression hole whose rest of line is nothing but
+auto-inserted closers that the model wrote itself and then continued past.
+Knows nothing of tokens, trees or LSP: it reads the plan and the context's text.
+"""
 
 from __future__ import annotations
+
+import re
 
 import msgspec
 
 from .types import HolePlan, InfillContext
 
+_OPEN = {"(": ")", "[": "]", "{": "}"}
+_CLOSE = {")": "(", "]": "[", "}": "{"}
+_QUOTES = "\"'`"
+_DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
+_REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
+_IDENT = re.compile(r"\w")
+
 
 class FinishedText(msgspec.Struct, frozen=True):
-    """Post-processed infill."""
+    """Post-processed infill, ready to insert at the cursor."""
 
     text: str
-    """Text to insert at the cursor."""
+    """Text to insert at the cursor (empty: nothing worth showing)."""
     replace_chars: int = 0
-    """Characters right of the cursor the text replaces."""
+    """Characters right of the cursor the text replaces (auto-closed brackets the text rewrites)."""
+
+
+EMPTY = FinishedText("")
 
 
 def strip_markdown_fences(text: str) -> str:
-    """The content of the first Markdown code fence, or the text itself when there is none."""
+    """The content of the first Markdown code fence, or the text itself when it has none.
+
+    An opening fence without a closing one (a draft still being denoised) yields
+    everything after it; prose around a fenced block is dropped.
+    """
     lines = text.split("\n")
     fences = [i for i, line in enumerate(lines) if line.lstrip().startswith("```")]
     if not fences:
         return text
+    first = fences[0]
+    code_before = any(line.strip() for line in lines[:first])
+    if len(fences) == 1 and code_before and lines[first].strip() == "```":
+        # A bare lone fence after code closes a block whose opening fence was not emitted.
+        return "\n".join(lines[:first])
     end = fences[1] if len(fences) > 1 else len(lines)
-    return "\n".join(lines[fences[0] + 1 : end])
+    return "\n".join(lines[first + 1:end])
 
 
 def finish_text(raw: str, context: InfillContext, plan: HolePlan) -> FinishedText:
-    """The text to insert for `raw` (first version: fences stripped, line cap)."""
-    text = strip_markdown_fences(raw)
-    if plan.max_lines is not None:
-        text = "\n".join(text.split("\n")[: plan.max_lines])
+    """The text to insert for the model's raw middle, under the plan's stop rule."""
+    text = strip_markdown_fences(raw).replace("\r\n", "\n")
+    prefix, suffix = context.prefix, context.suffix
+    line_before = prefix[prefix.rfind("\n") + 1:]
+    rest_of_line = suffix.split("\n", 1)[0]
+    text = _strip_repeated_prefix(text, prefix, line_before)
+    text = _cut_degenerate(text)
     if not text.strip():
-        return FinishedText("")
-    return FinishedText(text.rstrip())
+        return EMPTY
+
+    replace_chars = 0
+    if plan.kind == "expression":
+        text, replace_chars = _finish_expression(text, plan, line_before, rest_of_line)
+    elif plan.kind == "line":
+        text = _finish_line(text, plan, line_before, suffix)
+    elif plan.kind in ("block", "statement"):
+        text = _finish_lines(text, plan, line_before, suffix)
+    else:
+        text = _finish_plain(text, plan, suffix)
+    if not text.strip():
+        return EMPTY
+    return FinishedText(text, replace_chars)
+
+
+# --- per kind -------------------------------------------------------------------------
+
+
+def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line: str) -> tuple[str, int]:
+    if line_before.endswith((" ", "\t")):
+        text = text.lstrip(" \t")
+    closer = plan.closer
+    if closer is None:
+        # A gap inside the line: one line at most, minus any copy of what follows the cursor.
+        text = text.split("\n", 1)[0].rstrip("\n")
+        rest = rest_of_line.strip()
+        if rest and text.rstrip().endswith(rest):
+            text = text.rstrip()[: -len(rest)]
+        elif rest:
+            for k in range(len(rest) - 1, 3, -1):
+                if text.endswith(rest[:k]):
+                    text = text[:-k]
+                    break
+        return text.rstrip("\n"), 0
+    if closer in _CLOSE:
+        stop = _first_unmatched_closer(text)
+    else:
+        stop = _first_unescaped(text, closer)
+    newline = text.find("\n")
+    if stop is None or (newline >= 0 and newline < stop):
+        # No closer written: keep the first line(s) up to the line cap; brackets the model
+        # opened may spill onto further lines.
+        lines = text.split("\n")
+        return _cap_balanced(lines, plan.max_lines or 1).rstrip(), 0
+    head, after = text[:stop], text[stop:]
+    auto_closed = rest_of_line.rstrip()
+    continuation = after.split("\n", 1)[0]
+    if (auto_closed and all(c in ")]}\"'`;" for c in auto_closed) and continuation.startswith(auto_closed)
+            and continuation[len(auto_closed):].strip()):
+        # `foo(|)` -> `x).strip()`: the model closed the call and went on; replace the `)`.
+        return head + continuation.rstrip(), len(auto_closed)
+    return head, 0
+
+
+def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str) -> str:
+    if line_before.endswith((" ", "\t")):
+        text = text.lstrip(" \t")
+    if text.startswith("\n"):
+        return ""
+    depth = _open_depth(line_before)
+    lines = text.split("\n")
+    kept: list[str] = []
+    for line in lines[: plan.max_lines or 1]:
+        kept.append(line)
+        depth += _depth_change(line)
+        if depth <= 0:
+            break
+    out = "\n".join(kept).rstrip()
+    return _drop_closer_suffix_has(out, suffix)
+
+
+def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str) -> str:
+    """block and statement holes: whole lines at the plan's indentation."""
+    lines = text.split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines:
+        return ""
+    lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before))
+    next_statement = _first_code_line(suffix)
+    kept: list[str] = []
+    depth = 0
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped:
+            if index > 0 and _indent_width(line) < _indent_width(plan.indent):
+                break
+            if plan.kind == "statement" and next_statement and stripped == next_statement and kept:
+                break
+            line_depth, dipped = _depth_walk(line, depth)
+            if dipped:
+                # The line closes a bracket opened before the hole: the suffix has that closer.
+                cut = _cut_at_unmatched(line, depth)
+                if cut.strip():
+                    kept.append(cut.rstrip())
+                break
+            depth = line_depth
+        kept.append(line.rstrip())
+        if len(kept) >= (plan.max_lines or len(lines)):
+            break
+    while kept and not kept[-1].strip():
+        kept.pop()
+    if not kept:
+        return ""
+    # The first line goes at the cursor: only the indentation the cursor's line lacks.
+    first = kept[0].lstrip(" \t")
+    if line_before.strip():
+        body = "\n" + "\n".join([plan.indent + first] + kept[1:])
+    else:
+        missing = plan.indent[len(line_before):] if plan.indent.startswith(line_before) else ""
+        body = "\n".join([missing + first] + kept[1:])
+    if plan.closer:
+        # `{|}` on one line: the body goes on its own lines, the `}` back at the header's indentation.
+        outer = line_before[: len(line_before) - len(line_before.lstrip(" \t"))]
+        if not body.startswith("\n"):
+            body = "\n" + plan.indent + body.lstrip(" \t")
+        body += "\n" + outer
+    return body
+
+
+def _finish_plain(text: str, plan: HolePlan, suffix: str) -> str:
+    lines = text.split("\n")[: plan.max_lines or None]
+    next_line = _first_code_line(suffix)
+    for i, line in enumerate(lines):
+        if i > 0 and next_line and line.strip() == next_line:
+            lines = lines[:i]
+            break
+    return "\n".join(lines).rstrip()
+
+
+# --- repetition ---------------------------------------------------------------------------
+
+
+def _strip_repeated_prefix(text: str, prefix: str, line_before: str) -> str:
+    """Drop a copy of the cursor line's prefix, or of the last lines before it, at the text's start."""
+    stripped_before = line_before.strip()
+    if stripped_before:
+        if text.startswith(line_before):
+            return text[len(line_before):]
+        body = text.lstrip(" \t")
+        if body.startswith(stripped_before):
+            after = body[len(stripped_before):]
+            joins_word = _IDENT.match(stripped_before[-1]) and after[:1] and _IDENT.match(after[0])
+            if not joins_word and len(stripped_before) >= 2:
+                return after.lstrip(" \t") if line_before.endswith((" ", "\t")) else after
+    # Last few code lines of the prefix repeated at the start (models restate context).
+    previous = [line.strip() for line in prefix.split("\n")[-6:-1] if line.strip()]
+    text_lines = text.split("\n")
+    for count in range(len(previous), 0, -1):
+        tail = previous[-count:]
+        if sum(len(line) for line in tail) < 6 or len(text_lines) <= count:
+            continue
+        head = [line.strip() for line in text_lines[:count]]
+        if head == tail:
+            rest = text_lines[count:]
+            if stripped_before and rest and rest[0].lstrip().startswith(stripped_before):
+                rest[0] = rest[0].lstrip()[len(stripped_before):]
+            return "\n".join(rest)
+    return text
+
+
+def _cut_degenerate(text: str) -> str:
+    """Empty for output that is one short pattern repeated; otherwise cut where a long repeat begins."""
+    compact = re.sub(r"\s+", "", text)
+    whole = _DEGENERATE_WHOLE.fullmatch(compact)
+    if compact and whole is not None:
+        return ""
+    lines = text.split("\n")
+    for i in range(len(lines) - 2):
+        line = lines[i].strip()
+        if len(line) >= 3 and line == lines[i + 1].strip() == lines[i + 2].strip():
+            text = "\n".join(lines[: i + 1])
+            break
+    run = _REPEATED_RUN.search(text)
+    if run is not None:
+        text = text[: run.start() + len(run.group(1))]
+    return text
+
+
+# --- brackets and indentation -------------------------------------------------------------
+
+
+def _code_chars(text: str):
+    """Yield (index, char) of characters outside strings and line comments (a rough lexer)."""
+    quote = None
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote or (c == "\n" and quote != "`"):
+                quote = None
+        elif c in _QUOTES:
+            quote = c
+        elif c == "#" or (c in "/-" and text[i:i + 2] in ("//", "--")):
+            nl = text.find("\n", i)
+            if nl < 0:
+                return
+            i = nl
+            continue
+        else:
+            yield i, c
+        i += 1
+
+
+def _depth_change(text: str) -> int:
+    depth = 0
+    for _, c in _code_chars(text):
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+    return depth
+
+
+def _open_depth(text: str) -> int:
+    """Brackets left open at the end of `text` (never negative)."""
+    depth = 0
+    for _, c in _code_chars(text):
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth = max(0, depth - 1)
+    return depth
+
+
+def _depth_walk(line: str, depth: int) -> tuple[int, bool]:
+    """Depth after `line` starting at `depth`, and whether it dipped below zero."""
+    for _, c in _code_chars(line):
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+            if depth < 0:
+                return depth, True
+    return depth, False
+
+
+def _cut_at_unmatched(line: str, depth: int) -> str:
+    for i, c in _code_chars(line):
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+            if depth < 0:
+                return line[:i]
+    return line
+
+
+def _first_unmatched_closer(text: str) -> int | None:
+    depth = 0
+    for i, c in _code_chars(text):
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            if depth == 0:
+                return i
+            depth -= 1
+    return None
+
+
+def _first_unescaped(text: str, quote: str) -> int | None:
+    i = 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text.startswith(quote, i):
+            return i
+        i += 1
+    return None
+
+
+def _cap_balanced(lines: list[str], max_lines: int) -> str:
+    kept: list[str] = []
+    depth = 0
+    for line in lines:
+        kept.append(line)
+        depth += _depth_change(line)
+        if depth <= 0 or len(kept) >= max_lines:
+            break
+    return "\n".join(kept)
+
+
+def _drop_closer_suffix_has(text: str, suffix: str) -> str:
+    """Cut the text before a closer it does not open when the suffix starts with that closer."""
+    depth = 0
+    upcoming = suffix.lstrip()[:1]
+    for i, c in _code_chars(text):
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+            if depth < 0:
+                return text[:i].rstrip() if c == upcoming else text
+    return text
+
+
+def _indent_width(line: str) -> int:
+    width = 0
+    for c in line:
+        if c == " ":
+            width += 1
+        elif c == "\t":
+            width += 4
+        else:
+            break
+    return width
+
+
+def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str]:
+    """Re-indent lines so their base indentation is `indent`, keeping relative indentation,
+    and drop everything from the first line that dedents below the base (the block ended).
+
+    The base is the first line's indentation. When the cursor already sits at the
+    indentation and the model wrote its first line flush left but the following lines at
+    the document's indentation, it wrote in document coordinates: the base is `indent`.
+    """
+    target = _indent_width(indent)
+    first_width = _indent_width(lines[0])
+    rest = [_indent_width(line) for line in lines[1:] if line.strip()]
+    opens = lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
+    base = first_width
+    if first_at_cursor and first_width == 0 and rest and min(rest) >= target > 0 and not opens:
+        base = target
+    unit = "\t" if indent.startswith("\t") else " "
+    out = []
+    for index, line in enumerate(lines):
+        if not line.strip():
+            out.append("")
+            continue
+        width = first_width if index == 0 else _indent_width(line)
+        if index > 0 and width < base:
+            break
+        extra = max(0, width - base) if index > 0 else 0
+        relative = "\t" * (extra // 4) if unit == "\t" else " " * extra
+        out.append(indent + relative + line.lstrip(" \t"))
+    return out
+
+
+def _first_code_line(suffix: str) -> str:
+    """The suffix's first non-blank line after the cursor's line, stripped."""
+    for line in suffix.split("\n")[1:]:
+        if line.strip():
+            return line.strip()
+    return ""

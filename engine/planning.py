@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import tree_sitter
 
-from .languages import PLAINTEXT, uses_braces
+from .languages import BLOCK_TYPES, PLAINTEXT, uses_braces
 from .syntax_tree import SyntaxDocument
 from .types import HolePlan, Region
 
@@ -41,7 +41,8 @@ _STRING_SUFFIXES = ("string", "string_literal", "char_literal", "character_liter
 _LUA_OPENERS = frozenset({"then", "do", "else", "repeat"})
 _BRACE_BLOCK_PARENTS_NOT = frozenset({"object", "dictionary", "initializer_list", "object_pattern",
                                       "array", "composite_literal", "literal_value", "struct_expression",
-                                      "field_initializer_list", "template_substitution"})
+                                      "field_initializer_list", "template_substitution", "table_constructor",
+                                      "jsx_expression", "object_type"})
 
 
 def plan_hole(doc: SyntaxDocument, offset: int) -> HolePlan:
@@ -307,8 +308,8 @@ def _brace_is_block(doc: SyntaxDocument, at: int) -> bool:
     """Whether the `}` at str offset `at` closes a block (not an object/initializer literal)."""
     byte = doc.byte_offset(at)
     leaf = doc.tree.root_node.descendant_for_byte_range(byte, byte + 1)
-    return leaf is not None and leaf.type == "}" and (
-        leaf.parent is None or leaf.parent.type not in _BRACE_BLOCK_PARENTS_NOT)
+    return leaf is not None and leaf.type == "}" and leaf.parent is not None and (
+        leaf.parent.type in BLOCK_TYPES.get(doc.language, ()))
 
 
 def _string_closer(doc: SyntaxDocument, offset: int) -> tuple[int, str] | None:
@@ -329,7 +330,8 @@ def _string_closer(doc: SyntaxDocument, offset: int) -> tuple[int, str] | None:
                     if tail in _QUOTES and node.end_byte - 1 >= byte:
                         return doc.str_offset(node.end_byte - 1), tail
             return None
-        if node.type in ("ERROR",):
+        if node.type in ("ERROR", "template_substitution", "interpolation", "string_interpolation",
+                         "jsx_expression"):
             return None
         node = node.parent
     return None

@@ -76,7 +76,7 @@ def finish_text(raw: str, context: InfillContext, plan: HolePlan) -> FinishedTex
     elif plan.kind == "line":
         text = _finish_line(text, plan, line_before, suffix)
     elif plan.kind in ("block", "statement"):
-        text = _finish_lines(text, plan, line_before, suffix)
+        text = _finish_lines(text, plan, line_before, suffix, context.language)
     else:
         text = _finish_plain(text, plan, suffix)
     if not text.strip():
@@ -95,14 +95,16 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
         # A gap inside the line: one line at most, minus any copy of what follows the cursor.
         text = text.split("\n", 1)[0].rstrip("\n")
         rest = rest_of_line.strip()
-        if rest and text.rstrip().endswith(rest):
-            text = text.rstrip()[: -len(rest)]
-        elif rest:
-            for k in range(len(rest) - 1, 3, -1):
-                if text.endswith(rest[:k]):
-                    text = text[:-k]
-                    break
-        return text.rstrip("\n"), 0
+        body = text.rstrip()
+        for k in range(len(rest), 2, -1):
+            # The model rewrote (the start of) what follows the cursor: keep only the gap.
+            at = len(body) - k
+            if body.endswith(rest[:k]) and (at == 0 or not _IDENT.match(body[at - 1]) or not _IDENT.match(rest[0])):
+                text = body[:at]
+                break
+        if rest_of_line[:1] in (" ", "\t"):
+            text = text.rstrip(" \t")
+        return text, 0
     if closer in _CLOSE:
         stop = _first_unmatched_closer(text)
     else:
@@ -140,7 +142,7 @@ def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str) -> st
     return _drop_closer_suffix_has(out, suffix)
 
 
-def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str) -> str:
+def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, language: str) -> str:
     """block and statement holes: whole lines at the plan's indentation."""
     lines = text.split("\n")
     while lines and not lines[0].strip():
@@ -151,11 +153,16 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str) -> s
     next_statement = _first_code_line(suffix)
     kept: list[str] = []
     depth = 0
+    keyword_depth = 0
     for index, line in enumerate(lines):
         stripped = line.strip()
         if stripped:
             if index > 0 and _indent_width(line) < _indent_width(plan.indent):
                 break
+            if language == "lua":
+                keyword_depth, closes_outer = _lua_depth_walk(line, keyword_depth)
+                if closes_outer:
+                    break
             if plan.kind == "statement" and next_statement and stripped == next_statement and kept:
                 break
             line_depth, dipped = _depth_walk(line, depth)
@@ -310,6 +317,28 @@ def _depth_walk(line: str, depth: int) -> tuple[int, bool]:
     return depth, False
 
 
+_LUA_KEYWORD = re.compile(r"\b(function|if|do|repeat|end|until|elseif|else)\b")
+
+
+def _lua_depth_walk(line: str, depth: int) -> tuple[int, bool]:
+    """Lua block depth after `line`, and whether the line ends or continues an outer block
+    (`end`/`until` below depth 0, or `else`/`elseif` at depth 0): the hole's block is over."""
+    code_at = {i for i, _ in _code_chars(line)}
+    code = "".join(c if i in code_at else " " for i, c in enumerate(line))
+    for match in _LUA_KEYWORD.finditer(code):
+        word = match.group(1)
+        if word in ("else", "elseif") and depth == 0:
+            return depth, True
+        if word in ("end", "until"):
+            depth -= 1
+            if depth < 0:
+                return depth, True
+        elif word in ("function", "if", "repeat", "do"):
+            # `for`/`while` open their block at `do`; `elseif`/`else` continue one.
+            depth += 1
+    return depth, False
+
+
 def _cut_at_unmatched(line: str, depth: int) -> str:
     for i, c in _code_chars(line):
         if c in _OPEN:
@@ -392,11 +421,14 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
     """
     target = _indent_width(indent)
     first_width = _indent_width(lines[0])
-    rest = [_indent_width(line) for line in lines[1:] if line.strip()]
+    second = next((_indent_width(line) for line in lines[1:] if line.strip()), None)
     opens = lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
     base = first_width
-    if first_at_cursor and first_width == 0 and rest and min(rest) >= target > 0 and not opens:
-        base = target
+    if first_at_cursor and first_width == 0 and target > 0 and second is not None:
+        # Indented later lines after a flush first line: document coordinates (a later line
+        # left of the cursor is then a dedent). After an opener, only deeper than the cursor.
+        if second > target if opens else second > 0:
+            base = target
     unit = "\t" if indent.startswith("\t") else " "
     out = []
     for index, line in enumerate(lines):

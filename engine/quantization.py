@@ -117,9 +117,11 @@ class QuantizedExperts(nn.Module):
     def from_experts(cls, experts: nn.Module, mode: str, group_size: int) -> QuantizedExperts:
         module = cls(mode=mode, num_experts=experts.num_experts, act_fn=experts.act_fn)
         # gate_up: [E, 2I, H] -> data [E, 2I, H or H/2], scales [E, 2I, H/group]
-        module.gate_up_data, module.gate_up_scales = quantize(experts.gate_up_proj, mode, group_size)
+        module.gate_up_data, module.gate_up_scales = _quantize_per_expert(
+            experts.gate_up_proj, mode, group_size
+        )
         # down: [E, H, I] -> data [E, H, I or I/2], scales [E, H, I/group]
-        module.down_data, module.down_scales = quantize(experts.down_proj, mode, group_size)
+        module.down_data, module.down_scales = _quantize_per_expert(experts.down_proj, mode, group_size)
         return module
 
     def resident_bytes(self) -> int:
@@ -157,6 +159,15 @@ class QuantizedExperts(nn.Module):
             expert_out = expert_out * flat_weights[pairs, None]
             output.index_add_(0, tokens, expert_out.to(output.dtype))
         return output
+
+
+def _quantize_per_expert(
+    stack: torch.Tensor, mode: str, group_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize `[E, N, K]` one expert at a time: the fp32 temporaries stay one expert big
+    (a whole full-size layer in fp32 would be 2 GB per temporary next to a 52 GB bf16 model)."""
+    packed = [quantize(stack[expert], mode, group_size) for expert in range(stack.shape[0])]
+    return torch.stack([data for data, _ in packed]), torch.stack([scales for _, scales in packed])
 
 
 class QuantizedLinear(nn.Module):
@@ -215,17 +226,24 @@ def quantize_model(
             linear_modules=0,
         )
     expert_after = linear_after = 0
+    expert_count, linear_count = len(experts_groups), len(linear_groups)
     with torch.no_grad():
-        for modules in experts_groups:
+        # Pop each group so its full-precision module is unreferenced (and freed) once replaced:
+        # peak memory is the model plus one layer's temporaries, not the model twice.
+        while experts_groups:
+            modules = experts_groups.pop()
             quantized = QuantizedExperts.from_experts(modules[0][1], mode, group_size)
             expert_after += quantized.resident_bytes()
             for name, _ in modules:
                 _replace_module(model, name, quantized)
-        for modules in linear_groups:
+            del modules
+        while linear_groups:
+            modules = linear_groups.pop()
             quantized = QuantizedLinear.from_linear(modules[0][1], mode, group_size)
             linear_after += quantized.resident_bytes()
             for name, _ in modules:
                 _replace_module(model, name, quantized)
+            del modules
     model._dgemma_quantization = (mode, group_size)  # read by save_quantized
     return QuantizationReport(
         mode=mode,
@@ -234,8 +252,8 @@ def quantize_model(
         expert_bytes_after=expert_after,
         linear_bytes_before=linear_before,
         linear_bytes_after=linear_after,
-        expert_modules=len(experts_groups),
-        linear_modules=len(linear_groups),
+        expert_modules=expert_count,
+        linear_modules=linear_count,
     )
 
 

@@ -92,19 +92,71 @@ def load_model_and_tokenizer(
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-            folder, dtype=getattr(torch, dtype), local_files_only=True
-        )
-        model.to(device).eval()
+        if quantization == "none":
+            model = DiffusionGemmaForBlockDiffusion.from_pretrained(
+                folder, dtype=getattr(torch, dtype), local_files_only=True
+            )
+            model.to(device)
+        else:
+            model = _load_quantized(folder, config, device, dtype, quantization)
+        model.eval()
+    except (ModelLoadError, ModelNotFoundError):
+        raise
     except Exception as error:  # noqa: BLE001 - weights/tokenizer errors all mean "cannot load"
         raise ModelLoadError(f"could not load model '{spec}' from '{folder}': {_first_line(error)}") from None
-    if quantization != "none":
-        from .quantization import quantize_model
-
-        report = quantize_model(model, quantization)
-        log.info("quantized %s: %s", spec, report)
     log.info("loaded %s from %s on %s (%s)", spec, folder, device, dtype)
     return model, tokenizer, device
+
+
+def quantized_cache_dir(folder: Path, quantization: str) -> Path:
+    """Where the packed weights of `folder` in one mode are kept between starts."""
+    import hashlib
+    import os
+
+    import platformdirs
+
+    config = folder / "config.json"
+    key = f"{folder.resolve()}|{config.stat().st_mtime_ns}|{quantization}"
+    root = os.environ.get("DGEMMA_LSP_CACHE") or platformdirs.user_cache_dir("dgemma-lsp")
+    return Path(root) / "quantized" / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _load_quantized(folder: Path, config, device: str, dtype: str, quantization: str):
+    """Quantize the checkpoint once and save the packed weights; later starts load only those.
+
+    The first start holds the full-precision checkpoint in memory: on the GPU when
+    it fits there, else on the CPU (quantized there, then moved).
+    """
+    import torch
+    from transformers import DiffusionGemmaForBlockDiffusion
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
+
+    from .quantization import load_quantized, quantize_model, save_quantized
+
+    cached = quantized_cache_dir(folder, quantization)
+    if (cached / "quantization.json").is_file():
+        with torch.device("meta"):
+            model = DiffusionGemmaForBlockDiffusion(config)
+        report = load_quantized(model, cached, device=device)
+        model.generation_config = DiffusionGemmaGenerationConfig.from_pretrained(folder)
+        log.info("loaded %s weights from %s: %s", quantization, cached, report)
+        return model
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=getattr(torch, dtype), local_files_only=True)
+    model.to(device if _fits_on(device, model) else "cpu")
+    report = quantize_model(model, quantization)
+    model.to(device)
+    save_quantized(model, cached)
+    log.info("quantized %s to %s and saved it in %s: %s", folder, quantization, cached, report)
+    return model
+
+
+def _fits_on(device: str, model) -> bool:
+    import torch
+
+    if not device.startswith("cuda"):
+        return True
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return free > 1.1 * sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def _first_line(error: BaseException) -> str:

@@ -1,9 +1,198 @@
-"""Placeholder until the benchmarks land: `dgemma-lsp bench ...` and `make bench`."""
+"""`dgemma-lsp bench ...` and `python -m dgemma_lsp.bench.cli all` (what `make bench` runs).
+
+Subcommands: latency (editor latency through a real LSP client), gpu (the
+full-size architecture on a GPU; `--scale tiny` anywhere), humaneval (pass@1
+on HumanEval-Infilling), syntax (per-keystroke syntax work, bench/syntax_bench.py)
+and all (the CPU parts, one table). Only argument parsing and dispatch live
+here; every benchmark module is imported when chosen, so the CLI starts
+without torch. Tables and JSON go to stdout, progress to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+
+BENCHMARKS = {
+    "latency": ("dgemma_lsp.bench.latency", "keystrokes through `dgemma-lsp --stdio`: first draft, final, cache hit, overhead"),
+    "gpu": ("dgemma_lsp.bench.gpu", "the 26B-A4B architecture on CUDA (random weights) vs autoregressive Gemma 4"),
+    "humaneval": ("dgemma_lsp.bench.humaneval", "pass@1 on HumanEval-Infilling through the server's pipeline"),
+    "syntax": ("dgemma_lsp.bench.syntax_bench", "per-keystroke syntax work (incremental parse, plan, context)"),
+}
 
 
-def add_arguments(parser):
-    parser.add_argument("which", nargs="?", default="all")
+def _model_options() -> argparse.ArgumentParser:
+    """--model/--device/--dtype again on each benchmark, so they may follow its name.
+
+    SUPPRESS keeps a benchmark's parser from overwriting what the `bench` parser
+    (server/cli.py adds the same options there) already set.
+    """
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--model", default=argparse.SUPPRESS, help="'tiny', a local folder, or a Hugging Face id")
+    parent.add_argument("--device", default=argparse.SUPPRESS, help="torch device")
+    parent.add_argument("--dtype", default=argparse.SUPPRESS, choices=["bfloat16", "float16", "float32"])
+    parent.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print one JSON object")
+    return parent
 
 
-def run(args) -> int:
-    raise SystemExit("dgemma-lsp bench: not built yet")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.set_defaults(json=False)
+    benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
+    parent = _model_options()
+    for name, (module_name, help_text) in BENCHMARKS.items():
+        sub = benchmarks.add_parser(name, help=help_text, description=help_text, parents=[parent])
+        module = _import(module_name)
+        if module is not None:
+            module.add_arguments(sub)
+    everything = benchmarks.add_parser("all", parents=[parent],
+                                       help="the CPU benchmarks on the tiny model, one table (`make bench`)")
+    everything.add_argument("--limit", type=int, default=20, help="HumanEval problems in the smoke run")
+
+
+def run(args: argparse.Namespace) -> int:
+    name = getattr(args, "benchmark", None)
+    if name is None:
+        sys.stderr.write("dgemma-lsp bench: choose one of latency, gpu, humaneval, syntax, all\n")
+        return 2
+    if name == "all":
+        return run_all(args)
+    module = _import(BENCHMARKS[name][0])
+    if module is None:
+        sys.stderr.write(f"dgemma-lsp bench {name}: not available in this checkout\n")
+        return 2
+    return module.run(args)
+
+
+def _import(module_name: str):
+    """The benchmark module, or None while it does not exist (syntax_bench is written separately)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name == module_name:
+            return None
+        raise
+
+
+# -- all ----------------------------------------------------------------------------------------
+
+
+def run_all(args: argparse.Namespace) -> int:
+    """Each CPU benchmark with its defaults on the tiny model; one row per figure, skips explained."""
+    rows: list[tuple[str, str, str]] = []
+    failures = 0
+    for name, part in (("latency", _all_latency), ("syntax", _all_syntax),
+                       ("humaneval", _all_humaneval), ("gpu --scale tiny", _all_gpu)):
+        started = time.perf_counter()
+        _say(f"bench all: {name} ...")
+        try:
+            rows.extend(part(args))
+        except _Skip as skip:
+            rows.append((name, "skipped", str(skip)))
+        except Exception as error:  # one broken benchmark must not hide the others' figures
+            failures += 1
+            rows.append((name, "FAILED", f"{type(error).__name__}: {error}"))
+        _say(f"bench all: {name} done in {time.perf_counter() - started:.1f} s")
+    sys.stdout.write(format_rows(rows) + "\n")
+    return 1 if failures else 0
+
+
+class _Skip(Exception):
+    """A part that cannot run here, with the reason."""
+
+
+def _sub_args(module_name: str, argv: list[str], parent: argparse.Namespace) -> argparse.Namespace:
+    """A benchmark's own defaults, as if `bench <name> argv` had been typed, plus the model options."""
+    parser = argparse.ArgumentParser()
+    module = _import(module_name)
+    if module is None:
+        raise _Skip(f"{module_name} is not in this checkout")
+    module.add_arguments(parser)
+    args = parser.parse_args(argv)
+    for option in ("model", "device", "dtype", "quantization", "log_file", "log_level"):
+        setattr(args, option, getattr(parent, option, None))
+    args.model = args.model or "tiny"
+    args.json = False
+    return args
+
+
+def _all_latency(parent):
+    latency = _import("dgemma_lsp.bench.latency")
+    if latency is None:
+        raise _Skip("bench/latency.py is not in this checkout")
+    report = latency.run_from_args(_sub_args("dgemma_lsp.bench.latency", [], parent))
+    return latency.table_rows(report)
+
+
+def _all_syntax(parent):
+    syntax = _import("dgemma_lsp.bench.syntax_bench")
+    if syntax is None:
+        raise _Skip("bench/syntax_bench.py is not in this checkout yet")
+    args = _sub_args("dgemma_lsp.bench.syntax_bench", [], parent)
+    if hasattr(syntax, "table_rows") and hasattr(syntax, "run_from_args"):
+        return syntax.table_rows(syntax.run_from_args(args))
+    # Without a row API the benchmark prints its own figures (to stdout, above the table).
+    status = syntax.run(args)
+    return [("syntax", "exit status", str(status) + " (figures printed above)")]
+
+
+def _all_humaneval(parent):
+    from . import humaneval
+
+    rows = []
+    limit = str(getattr(parent, "limit", 20))
+    for middle in ("canonical", "empty", "model"):
+        args = _sub_args("dgemma_lsp.bench.humaneval", ["--limit", limit, "--middle", middle], parent)
+        if humaneval.default_data_dir() is None:
+            raise _Skip(f"no HumanEval-Infilling data; {humaneval.DATA_ENV_HINT}")
+        report = humaneval.run_from_args(args)
+        source = f"model {report.model}" if middle == "model" else f"{middle} middle"
+        rows.append((f"humaneval single-line x{report.problems}", f"pass@1 ({source})",
+                     f"{report.pass_at_1:.1%} ({report.passed}/{report.problems})"))
+        if report.generate_ms:
+            rows.append((f"humaneval single-line x{report.problems}", "engine ms per problem",
+                         f"p50 {report.generate_ms['p50']}  p99 {report.generate_ms['p99']}"))
+    return rows
+
+
+def _all_gpu(parent):
+    from . import gpu
+
+    report = gpu.run_benchmark(gpu.TINY, getattr(parent, "device", None) or "cpu", "float32",
+                               compiled=False, log=_say)
+    rows = []
+    for figure in report.diffusion:
+        rows.append((f"gpu tiny {figure.mode} prompt {figure.prompt_tokens} x{figure.candidates}",
+                     "ms/step, ms/canvas", f"{figure.ms_per_step:.1f}, {figure.ms_per_canvas:.1f}"))
+    for figure in report.autoregressive:
+        rows.append((f"gpu tiny autoregressive {figure.mode}", "ms/token", f"{figure.ms_per_token:.1f}"))
+    return rows
+
+
+def format_rows(rows: list[tuple[str, str, str]]) -> str:
+    header = ("benchmark", "figure", "value")
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(3)]
+    line = "  ".join("-" * width for width in widths)
+    out = ["  ".join(cell.ljust(width) for cell, width in zip(header, widths, strict=True)), line]
+    out += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(out)
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (`python -m dgemma_lsp.bench.cli all`), with the model options the main CLI adds."""
+    parser = argparse.ArgumentParser(prog="python -m dgemma_lsp.bench.cli")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+--- Defaults of `require('dgemma').setup{}` and how user options merge into them.
+--- Knows no LSP client, buffer or editor state.
+local M = {}
+
+M.defaults = {
+  -- Command that starts the language server over stdio.
+  cmd = { 'dgemma-lsp', '--stdio' },
+  -- Filetypes the server attaches to.
+  filetypes = {
+    'python', 'javascript', 'javascriptreact', 'typescript', 'typescriptreact',
+    'go', 'rust', 'c', 'cpp', 'java', 'lua',
+  },
+  -- Files or folders that mark a project root; with none found the server runs in single-file mode.
+  root_markers = { '.git' },
+  -- Server settings, sent as initializationOptions (camelCase, as the server reads them):
+  -- drafts, maxCandidates, steps, maxTokens, seed, debounceMs, contextTokens, rewriteStrength.
+  -- `drafts = true` asks for streamed `dgemma/draft` notifications, drawn while the model denoises.
+  settings = { drafts = true },
+  -- Neovim 0.11 only (0.12's built-in has a fixed 200 ms): wait this long after the last keystroke
+  -- before asking. The server coalesces bursts too, so this only saves requests.
+  debounce_ms = 150,
+  -- On Neovim 0.12+, let vim.lsp.inline_completion request and draw final results; false uses the
+  -- plugin's own requests and renderer on every version.
+  builtin_inline_completion = true,
+  -- Insert-mode keymaps. `keymaps = false` sets none; a single key set to false skips that one.
+  -- When there is nothing to accept or dismiss, the key does what it did before.
+  keymaps = {
+    accept = '<Tab>', -- accept the whole suggestion
+    accept_word = '<M-Right>', -- accept up to the next word boundary
+    accept_line = '<M-C-Right>', -- accept up to the end of the suggestion's current line
+    dismiss = '<C-]>', -- hide the suggestion and cancel pending requests
+  },
+}
+
+--- Merges user options into a fresh copy of the defaults. Lists (cmd, filetypes, root_markers)
+--- replace the default list as a whole; only `settings` and `keymaps` merge key by key.
+---@param opts table|nil
+---@return table
+function M.merge(opts)
+  opts = opts or {}
+  local merged = vim.deepcopy(M.defaults)
+  for key, value in pairs(opts) do
+    if (key == 'settings' or key == 'keymaps') and type(value) == 'table' then
+      merged[key] = vim.tbl_extend('force', merged[key], value)
+    else
+      merged[key] = vim.deepcopy(value)
+    end
+  end
+  return merged
+end
+
+return M

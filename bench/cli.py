@@ -42,10 +42,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     parent = _model_options()
     for name, (module_name, help_text) in BENCHMARKS.items():
-        sub = benchmarks.add_parser(name, help=help_text, description=help_text, parents=[parent])
-        module = _import(module_name)
-        if module is not None:
-            module.add_arguments(sub)
+        # "resolve": a benchmark may declare --json itself (syntax_bench does).
+        sub = benchmarks.add_parser(name, help=help_text, description=help_text, parents=[parent],
+                                    conflict_handler="resolve")
+        try:
+            module = _import(module_name)
+            if module is not None:
+                module.add_arguments(sub)
+        except Exception as error:
+            # This runs on every `dgemma-lsp` start, --stdio included: a broken
+            # benchmark must cost only itself, never the language server.
+            sub.description = f"{help_text} (unavailable: {type(error).__name__}: {error})"
     everything = benchmarks.add_parser("all", parents=[parent],
                                        help="the CPU benchmarks on the tiny model, one table (`make bench`)")
     everything.add_argument("--limit", type=int, default=20, help="HumanEval problems in the smoke run")

@@ -1,0 +1,359 @@
+"""`dgemma-lsp bench latency`: what an editor waits for, keystroke by keystroke.
+
+A real LSP client (pygls) starts `dgemma-lsp --stdio` as a subprocess, opens a
+real source file (the standard library's textwrap.py unless --file says
+otherwise), and types 200 keystrokes into a function body: each is an
+incremental didChange followed by an Automatic inlineCompletion request, and
+then the same request again, which a working cache answers without the model.
+Per keystroke it times, from the didChange being sent:
+  finalMs          until the answer arrives;
+  firstDraftMs     until the first `dgemma/draft` notification (drafts opted in);
+  cacheHitMs       the repeated request, answered from the cache;
+  serverOverheadMs finalMs minus the engine's own time for that request (the
+                   `lastLatencyMs` of the `dgemma/status` notification the server
+                   sends when the engine finishes, before the answer): parse,
+                   plan, context, post-process, thread hand-off and JSON-RPC
+                   both ways. Tokenizing the prompt is counted as engine time.
+Each as {p50, p99}. Keystrokes are sent one at a time (the next after the
+answer), with the coalescing window set to 0: this measures the work, not a
+debounce. Knows LSP and our custom notifications; imports no torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+KEYSTROKES = 200
+TARGET_OVERHEAD_P99_MS = 5.0
+TARGET_CACHE_HIT_P99_MS = 2.0
+TYPED_LINE = "result = [part.strip() for part in text.split(sep) if part]"
+"""What the benchmark types, again and again on fresh lines: a plausible Python statement."""
+START_TIMEOUT_S = 300.0
+"""Model load on a busy machine; after that each request gets REQUEST_TIMEOUT_S."""
+REQUEST_TIMEOUT_S = 120.0
+
+
+class Percentiles(msgspec.Struct, frozen=True):
+    p50: float | None
+    p99: float | None
+
+
+class LatencyReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    model: str
+    file: str
+    keystrokes: int
+    steps: int | None
+    """Denoising steps per canvas the server was configured with."""
+    max_tokens: int
+    first_draft_ms: Percentiles
+    final_ms: Percentiles
+    cache_hit_ms: Percentiles
+    server_overhead_ms: Percentiles
+    engine_ms: Percentiles
+    """The engine's own time per request (prompt encoding + denoising), for reference."""
+    cache_hits: int
+    """Repeated requests answered without the engine (of `keystrokes`)."""
+    targets: dict[str, float]
+    """serverOverheadP99 and cacheHitP99 targets in ms (on the 2-core development machine)."""
+    targets_met: dict[str, bool]
+
+
+def percentiles(values: list[float]) -> Percentiles:
+    if not values:
+        return Percentiles(None, None)
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * (len(ordered) - 1))))]
+    return Percentiles(round(statistics.median(ordered), 3), round(p99, 3))
+
+
+# -- the typing session -------------------------------------------------------------------------
+
+
+def default_file() -> Path:
+    return Path(textwrap.__file__)
+
+
+def typing_point(text: str) -> tuple[int, str]:
+    """(line index, indentation) of a statement line in the middle of the first long function body."""
+    lines = text.split("\n")
+    middle = len(lines) // 2
+    for index in list(range(middle, len(lines))) + list(range(0, middle)):
+        line = lines[index]
+        stripped = line.strip()
+        if line.startswith("        ") and stripped and not stripped.startswith(("#", '"', "'", ")", "]", "}")):
+            if not stripped.endswith((",", "(", "[", "{", "\\")):
+                return index, line[: len(line) - len(line.lstrip())]
+    raise ValueError("no indented statement line to type after")
+
+
+class _Recorder:
+    """Timestamps of the server's notifications inside the current request's window."""
+
+    def __init__(self) -> None:
+        self.window_open = False
+        self.first_draft: float | None = None
+        self.engine_ms: float | None = None
+        self.state: str | None = None
+
+    def open(self) -> None:
+        self.window_open, self.first_draft, self.engine_ms = True, None, None
+
+    def draft(self, _params: Any) -> None:
+        if self.window_open and self.first_draft is None:
+            self.first_draft = time.perf_counter()
+
+    def status(self, params: Any) -> None:
+        params = _plain(params)
+        self.state = params.get("state")
+        if self.window_open and params.get("state") == "ready" and params.get("lastLatencyMs") is not None:
+            self.engine_ms = float(params["lastLatencyMs"])
+
+
+def _plain(value: Any) -> Any:
+    """pygls hands untyped JSON objects over as namedtuples."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    return value
+
+
+async def measure(
+    command: list[str],
+    file: Path,
+    *,
+    keystrokes: int = KEYSTROKES,
+    settings: dict[str, Any],
+    warmup: int = 3,
+    progress=None,
+) -> dict[str, list[float] | int]:
+    """Drive one server through the session; returns the raw samples."""
+    from lsprotocol import types as lsp
+    from pygls.lsp.client import LanguageClient
+
+    recorder = _Recorder()
+    ready = asyncio.Event()
+    client = LanguageClient("dgemma-lsp-bench", "1")
+
+    @client.feature("dgemma/draft")
+    def on_draft(_ls, params):
+        recorder.draft(params)
+
+    @client.feature("dgemma/status")
+    def on_status(_ls, params):
+        recorder.status(params)
+        if recorder.state in ("ready", "error"):
+            ready.set()
+
+    @client.feature(lsp.WINDOW_SHOW_MESSAGE)
+    def on_message(_ls, params):
+        if progress:
+            progress(f"server: {params.message}")
+
+    await client.start_io(*command)
+    samples: dict[str, Any] = {"final": [], "first_draft": [], "cache_hit": [], "overhead": [], "engine": [],
+                               "cache_hits": 0}
+    try:
+        await asyncio.wait_for(
+            client.initialize_async(lsp.InitializeParams(
+                capabilities=lsp.ClientCapabilities(
+                    general=lsp.GeneralClientCapabilities(position_encodings=[lsp.PositionEncodingKind.Utf16]),
+                ),
+                initialization_options=settings,
+                root_uri=file.parent.as_uri(),
+            )),
+            START_TIMEOUT_S,
+        )
+        client.initialized(lsp.InitializedParams())
+        await asyncio.wait_for(ready.wait(), START_TIMEOUT_S)
+        if recorder.state == "error":
+            raise RuntimeError("the server's model failed to load")
+
+        text = file.read_text(encoding="utf-8")
+        uri = file.resolve().as_uri()
+        client.text_document_did_open(lsp.DidOpenTextDocumentParams(
+            text_document=lsp.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        line, indent = typing_point(text)
+        lines = text.split("\n")
+        row, column, version = line, len(lines[line]), 1
+        script = _keystroke_script(indent, warmup + keystrokes)
+
+        async def complete() -> None:
+            params = lsp.InlineCompletionParams(
+                text_document=lsp.TextDocumentIdentifier(uri=uri),
+                position=lsp.Position(line=row, character=column),
+                context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Automatic),
+            )
+            await asyncio.wait_for(client.text_document_inline_completion_async(params), REQUEST_TIMEOUT_S)
+
+        for index, typed in enumerate(script):
+            version += 1
+            change = lsp.TextDocumentContentChangePartial(
+                range=lsp.Range(lsp.Position(line=row, character=column), lsp.Position(line=row, character=column)),
+                text=typed,
+            )
+            recorder.open()
+            started = time.perf_counter()
+            client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+                text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                content_changes=[change]))
+            if typed.startswith("\n"):
+                row, column = row + 1, len(typed) - 1
+            else:
+                column += len(typed)  # ASCII only: UTF-16 units == characters
+            await complete()
+            final = time.perf_counter()
+            first_draft, engine_ms = recorder.first_draft, recorder.engine_ms
+
+            recorder.open()  # the same request again: the cache's turn
+            again = time.perf_counter()
+            await complete()
+            hit_ms = (time.perf_counter() - again) * 1000
+            hit = recorder.engine_ms is None
+            recorder.window_open = False
+            if index < warmup:
+                continue
+            final_ms = (final - started) * 1000
+            samples["final"].append(final_ms)
+            if first_draft is not None:
+                samples["first_draft"].append((first_draft - started) * 1000)
+            if engine_ms is not None:
+                samples["engine"].append(engine_ms)
+                samples["overhead"].append(max(0.0, final_ms - engine_ms))
+            if hit:
+                samples["cache_hits"] += 1
+                samples["cache_hit"].append(hit_ms)
+            if progress and (index - warmup + 1) % 50 == 0:
+                progress(f"latency: {index - warmup + 1}/{keystrokes} keystrokes")
+        await asyncio.wait_for(client.shutdown_async(None), REQUEST_TIMEOUT_S)
+        client.exit(None)
+    finally:
+        await client.stop()
+    return samples
+
+
+def _keystroke_script(indent: str, count: int) -> list[str]:
+    """One change per keystroke: characters of TYPED_LINE, and Enter with the editor's auto-indent."""
+    script: list[str] = []
+    while len(script) < count:
+        script.append("\n" + indent)
+        script.extend(TYPED_LINE)
+    return script[:count]
+
+
+def server_command(model: str, device: str | None, dtype: str | None, log_file: str) -> list[str]:
+    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", model, "--log-file", log_file]
+    if device:
+        command += ["--device", device]
+    if dtype:
+        command += ["--dtype", dtype]
+    return command
+
+
+def run_benchmark(
+    model: str = "tiny",
+    *,
+    file: Path | None = None,
+    keystrokes: int = KEYSTROKES,
+    steps: int | None = 8,
+    max_tokens: int = 32,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress=None,
+) -> LatencyReport:
+    file = file or default_file()
+    settings = {"drafts": True, "status": True, "debounceMs": 0, "maxTokens": max_tokens, "seed": 0}
+    if steps is not None:
+        settings["steps"] = steps
+    fd, log_file = tempfile.mkstemp(prefix="dgemma-bench-", suffix=".log")
+    os.close(fd)
+    try:
+        samples = asyncio.run(measure(server_command(model, device, dtype, log_file), file,
+                                      keystrokes=keystrokes, settings=settings, progress=progress))
+    except Exception:
+        tail = Path(log_file).read_text(errors="replace")[-2000:]
+        if tail and progress:
+            progress(f"server log (tail):\n{tail}")
+        raise
+    finally:
+        os.unlink(log_file)
+    overhead, hit = percentiles(samples["overhead"]), percentiles(samples["cache_hit"])
+    return LatencyReport(
+        model=model,
+        file=str(file),
+        keystrokes=keystrokes,
+        steps=steps,
+        max_tokens=max_tokens,
+        first_draft_ms=percentiles(samples["first_draft"]),
+        final_ms=percentiles(samples["final"]),
+        cache_hit_ms=hit,
+        server_overhead_ms=overhead,
+        engine_ms=percentiles(samples["engine"]),
+        cache_hits=samples["cache_hits"],
+        targets={"serverOverheadP99": TARGET_OVERHEAD_P99_MS, "cacheHitP99": TARGET_CACHE_HIT_P99_MS},
+        targets_met={
+            "serverOverheadP99": overhead.p99 is not None and overhead.p99 <= TARGET_OVERHEAD_P99_MS,
+            "cacheHitP99": hit.p99 is not None and hit.p99 <= TARGET_CACHE_HIT_P99_MS,
+        },
+    )
+
+
+def table_rows(report: LatencyReport) -> list[tuple[str, str, str]]:
+    """(benchmark, figure, value) rows for `bench all` and the plain output."""
+    name = f"latency {report.model} x{report.keystrokes}"
+
+    def cell(p: Percentiles, target: float | None = None) -> str:
+        if p.p50 is None:
+            return "no samples"
+        text = f"p50 {p.p50:.2f}  p99 {p.p99:.2f}"
+        if target is not None:
+            text += f"  (target p99 <= {target:g}: {'met' if p.p99 <= target else 'MISSED'})"
+        return text
+
+    return [
+        (name, "firstDraftMs", cell(report.first_draft_ms)),
+        (name, "finalMs", cell(report.final_ms)),
+        (name, "engineMs", cell(report.engine_ms)),
+        (name, "serverOverheadMs", cell(report.server_overhead_ms, TARGET_OVERHEAD_P99_MS)),
+        (name, "cacheHitMs", cell(report.cache_hit_ms, TARGET_CACHE_HIT_P99_MS)),
+        (name, "cache hits", f"{report.cache_hits}/{report.keystrokes}"),
+    ]
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--file", type=Path, default=None, help="source file to type into (default: stdlib textwrap.py)")
+    parser.add_argument("--keystrokes", type=int, default=KEYSTROKES)
+    parser.add_argument("--steps", type=int, default=8,
+                        help="denoising steps the server uses (small: this measures the server, not the model)")
+    parser.add_argument("--max-tokens", type=int, default=32, help="answer length cap (one tiny-model canvas)")
+
+
+def run_from_args(args) -> LatencyReport:
+    return run_benchmark(args.model or "tiny", file=args.file, keystrokes=args.keystrokes, steps=args.steps,
+                         max_tokens=args.max_tokens, device=args.device, dtype=args.dtype, progress=_say)
+
+
+def run(args) -> int:
+    report = run_from_args(args)
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
+    else:
+        width = max(len(row[1]) for row in table_rows(report))
+        sys.stdout.write("\n".join(f"{figure:<{width}}  {value}" for _, figure, value in table_rows(report)) + "\n")
+    return 0
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

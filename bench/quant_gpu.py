@@ -279,7 +279,7 @@ def _expert_sample_error(model, sample) -> float:
         pairs = [experts.expert_weights(e, sample[0].dtype) for e in range(len(sample[0]))]
         now = torch.stack([g for g, _ in pairs]), torch.stack([d for _, d in pairs])
     else:
-        now = experts.gate_up_proj[:SAMPLE_EXPERTS], experts.down_proj[:SAMPLE_EXPERTS]
+        now = experts.gate_up_proj[:SAMPLE_EXPERTS].detach(), experts.down_proj[:SAMPLE_EXPERTS].detach()
     squared_error = sum(float((a.float() - b.float()).norm() ** 2) for a, b in zip(now, sample, strict=True))
     squared_norm = sum(float(b.float().norm() ** 2) for b in sample)
     return (squared_error / squared_norm) ** 0.5

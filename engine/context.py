@@ -285,37 +285,48 @@ def _build_preamble(doc: SyntaxDocument, chains: list[tree_sitter.Node], window_
     language = doc.language
     imports = IMPORT_TYPES.get(language, frozenset())
     definitions = DEFINITION_TYPES.get(language, frozenset())
-    # Items as (priority, order, text): headers first, then imports, then the signatures nearest
-    # the cursor. The preamble lists them in skeleton order: each level's outside siblings, then
-    # the header of the scope that leads down to the cursor.
-    items: list[tuple[int, int, str]] = []
+    # Items as (priority, order, node, form): headers first, then imports, then the signatures
+    # nearest the window. Text is made lazily, best first, until the share is spent (a file
+    # may have hundreds of top-level definitions). The preamble lists them in skeleton order:
+    # each level's outside siblings, then the header of the scope that leads down to the cursor.
+    items: list[tuple[int, int, tree_sitter.Node, tree_sitter.Node | None, str]] = []
     order = 0
     for depth, container in enumerate(reversed(chains)):
         inner = chains[len(chains) - depth - 2] if depth + 1 < len(chains) else None
         scope = _scope_of(inner, container) if inner is not None else None
         for child in container.children:
-            if not child.is_named or child.type == "comment":
+            kind = child.type
+            if kind not in imports and kind not in definitions:
                 continue
             start, end = doc.node_span(child)
-            if window_start <= start and end <= window_end:
+            if not (end <= window_start or start >= window_end):
                 continue
             if scope is not None and child.start_byte <= scope.start_byte < child.end_byte:
                 continue
-            if child.type in imports:
-                if end <= window_start or start >= window_end:
-                    items.append((1, order, _lines_from(doc, start, end)))
-            elif child.type in definitions and (end <= window_start or start >= window_end):
+            if kind in imports:
+                items.append((1, order, child, None, "import"))
+            else:
                 distance = min(abs(window_start - end), abs(start - window_end))
-                items.append((2 + distance, order, _signature(doc, child)))
+                items.append((2 + distance, order, child, None, "signature"))
             order += 1
         if scope is not None and doc.node_span(scope)[0] < window_start:
-            items.append((0, order, _header(doc, scope, inner)))
+            items.append((0, order, scope, inner, "header"))
             order += 1
     chosen: list[tuple[int, str]] = []
     used = 0
-    for _priority, position, item in sorted(items):
+    misses = 0
+    for _priority, position, node, inner, form in sorted(items, key=lambda item: item[:2]):
+        if form == "header":
+            item = _header(doc, node, inner)
+        elif form == "import":
+            item = _lines_from(doc, *doc.node_span(node))
+        else:
+            item = _signature(doc, node)
         cost = approx_token_count(item) + 1
         if used + cost > share:
+            misses += 1
+            if misses > 8:
+                break
             continue
         used += cost
         chosen.append((position, item))

@@ -1,0 +1,184 @@
+"""Keystroke benchmark of the syntax layer (not a test): `dgemma-lsp bench syntax`.
+
+For each language, a generated 5,000-line file is opened and typed into: characters
+on a line inside a function body, then Enter, again and again. The work of one
+keystroke is what the server does per change before any model work: the incremental
+reparse (`apply_change`), `plan_hole`, `build_context` (2,048-token budget) and
+`finish_text` of a fixed raw answer. Reports p50/p99/max in ms per language, over all
+keystrokes and over the first keystroke on a fresh line (where the context's stable
+part is recomputed). Brackets are auto-closed as editors do by default (`--no-autoclose`
+types them unpaired: tree-sitter's error recovery then reparses to the end of the file).
+Pure CPU; no model, no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+from dgemma_lsp.engine.context import build_context
+from dgemma_lsp.engine.languages import LANGUAGES
+from dgemma_lsp.engine.planning import plan_hole
+from dgemma_lsp.engine.postprocess import finish_text
+from dgemma_lsp.engine.syntax_tree import SyntaxDocument
+
+# One function per language, formatted with {i}; each is ~10 lines. Line 0 of the body
+# (the one containing `TYPE_HERE`) is where the typing happens, in the middle of the file.
+_TEMPLATES = {
+    "python": ("import os\n\n", "def func_{i}(a, b):\n    total = a + b\n    for k in range(b):\n"
+               "        total += k * {i}\n    if total > 10:\n        return total\n    name = 'f{i}'\n"
+               "    print(name, total)\n    return a\n\n"),
+    "javascript": ("import fs from 'fs';\n\n", "function func_{i}(a, b) {{\n  let total = a + b;\n"
+                   "  for (let k = 0; k < b; k++) {{\n    total += k * {i};\n  }}\n  if (total > 10) {{\n"
+                   "    return total;\n  }}\n  return a;\n}}\n"),
+    "typescript": ("import fs from 'fs';\n\n", "function func_{i}(a: number, b: number): number {{\n"
+                   "  let total: number = a + b;\n  for (let k = 0; k < b; k++) {{\n    total += k * {i};\n"
+                   "  }}\n  if (total > 10) {{\n    return total;\n  }}\n  return a;\n}}\n"),
+    "tsx": ("import React from 'react';\n\n", "function Comp{i}(props: {{ n: number }}) {{\n"
+            "  const total = props.n + {i};\n  if (total > 10) {{\n    return <div>{{total}}</div>;\n"
+            "  }}\n  const label = `c{i}`;\n  console.log(label);\n  return <span>{{label}}</span>;\n}}\n\n"),
+    "go": ("package main\n\nimport \"fmt\"\n\n", "func func{i}(a int, b int) int {{\n\ttotal := a + b\n"
+           "\tfor k := 0; k < b; k++ {{\n\t\ttotal += k * {i}\n\t}}\n\tif total > 10 {{\n\t\treturn total\n"
+           "\t}}\n\tfmt.Println(total)\n\treturn a\n}}\n"),
+    "rust": ("use std::io;\n\n", "fn func_{i}(a: i64, b: i64) -> i64 {{\n    let mut total = a + b;\n"
+             "    for k in 0..b {{\n        total += k * {i};\n    }}\n    if total > 10 {{\n"
+             "        return total;\n    }}\n    println!(\"{{}}\", total);\n    a\n}}\n"),
+    "c": ("#include <stdio.h>\n\n", "int func_{i}(int a, int b) {{\n    int total = a + b;\n"
+          "    for (int k = 0; k < b; k++) {{\n        total += k * {i};\n    }}\n    if (total > 10) {{\n"
+          "        return total;\n    }}\n    printf(\"%d\\n\", total);\n    return a;\n}}\n"),
+    "cpp": ("#include <vector>\n\n", "int func_{i}(int a, int b) {{\n    std::vector<int> v{{a, b}};\n"
+            "    int total = a + b;\n    for (int k = 0; k < b; k++) {{\n        total += k * {i};\n    }}\n"
+            "    if (total > 10) {{\n        return total;\n    }}\n    return a;\n}}\n"),
+    "java": ("import java.util.*;\n\nclass Big {\n", "  int func{i}(int a, int b) {{\n    int total = a + b;\n"
+             "    for (int k = 0; k < b; k++) {{\n      total += k * {i};\n    }}\n    if (total > 10) {{\n"
+             "      return total;\n    }}\n    return a;\n  }}\n\n"),
+    "lua": ("local M = {}\n\n", "function M.func_{i}(a, b)\n  local total = a + b\n  for k = 1, b do\n"
+            "    total = total + k * {i}\n  end\n  if total > 10 then\n    return total\n  end\n"
+            "  print(total)\n  return a\nend\n\n"),
+}
+_CLOSING = {"java": "}\n"}
+_TYPED = "result = compute(total, 42) "
+"""Characters typed per line before Enter (28 keystrokes + Enter)."""
+_RAW = "compute(total, 42)\n    return result\n```"
+
+
+def generate_source(language: str, lines: int = 5000) -> str:
+    """A syntactically valid file of about `lines` lines in `language`."""
+    header, template = _TEMPLATES[language]
+    parts = [header]
+    count = header.count("\n")
+    i = 0
+    while count < lines:
+        chunk = template.format(i=i)
+        parts.append(chunk)
+        count += chunk.count("\n")
+        i += 1
+    parts.append(_CLOSING.get(language, ""))
+    return "".join(parts)
+
+
+def _cursor_in_middle(source: str) -> int:
+    """End of the first body line of the function in the middle of the file."""
+    middle = source.find("total", len(source) // 2)
+    return source.find("\n", middle)
+
+
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+
+
+def bench_language(language: str, keystrokes: int, budget: int, autoclose: bool = True) -> dict:
+    source = generate_source(language)
+    doc = SyntaxDocument(source, language)
+    offset = _cursor_in_middle(source)
+    line_start = source.rfind("\n", 0, offset) + 1
+    line = source[line_start:offset]
+    indent = line[: len(line) - len(line.lstrip())]
+    all_ms: list[float] = []
+    reparse_ms: list[float] = []
+    autoclosed = 0
+    new_line_ms: list[float] = []
+    # Enter first, so the typing happens on a fresh statement line.
+    pending = ["\n" + indent]
+    while len(all_ms) < keystrokes:
+        if not pending:
+            pending = list(_TYPED) + ["\n" + indent]
+        change = pending.pop(0)
+        t0 = time.perf_counter()
+        if autoclose and change in _PAIRS:
+            # Editors auto-close brackets: `(` inserts `()`, typing `)` then steps over it.
+            doc.apply_change(offset, offset, change + _PAIRS[change])
+            autoclosed += 1
+        elif autoclose and autoclosed and change in _PAIRS.values():
+            autoclosed -= 1
+        else:
+            doc.apply_change(offset, offset, change)
+        offset += len(change)
+        reparse_ms.append((time.perf_counter() - t0) * 1000.0)
+        plan = plan_hole(doc, offset)
+        context = build_context(doc, offset, plan, budget)
+        finish_text(_RAW, context, plan)
+        elapsed = (time.perf_counter() - t0) * 1000.0
+        all_ms.append(elapsed)
+        if change.startswith("\n"):
+            new_line_ms.append(elapsed)
+    return {
+        "language": language,
+        "lines": source.count("\n"),
+        "keystrokes": len(all_ms),
+        "p50_ms": _percentile(all_ms, 50),
+        "p99_ms": _percentile(all_ms, 99),
+        "max_ms": max(all_ms),
+        "new_line_p50_ms": _percentile(new_line_ms, 50),
+        "new_line_max_ms": max(new_line_ms),
+        "mean_ms": statistics.fmean(all_ms),
+        "reparse_p50_ms": _percentile(reparse_ms, 50),
+        "reparse_p99_ms": _percentile(reparse_ms, 99),
+        "rest_p99_ms": _percentile([a - r for a, r in zip(all_ms, reparse_ms, strict=True)], 99),
+    }
+
+
+def _percentile(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(pct / 100.0 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--languages", nargs="*", default=list(LANGUAGES), help="languages to run (default: all)")
+    parser.add_argument("--keystrokes", type=int, default=600, help="keystrokes measured per language")
+    parser.add_argument("--budget", type=int, default=2048, help="context budget in tokens")
+    parser.add_argument("--no-autoclose", dest="autoclose", action="store_false",
+                        help="type brackets unpaired (the editor does not auto-close): worst case for "
+                             "tree-sitter's error recovery")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def run(args: argparse.Namespace) -> int:
+    autoclose = getattr(args, "autoclose", True)
+    results = [bench_language(lang, args.keystrokes, args.budget, autoclose) for lang in args.languages]
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps({"benchmark": "syntax-keystroke", "results": results}, indent=2) + "\n")
+        return 0
+    header = f"{'language':<11} {'lines':>6} {'keys':>5} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'Enter p50':>9} {'Enter max':>9} {'reparse p50':>11} {'reparse p99':>11} {'rest p99':>8}"
+    mode = "auto-closed brackets" if autoclose else "unpaired brackets"
+    sys.stdout.write(f"keystroke = incremental reparse + plan + context + post-process ({mode})\n" + header + "\n")
+    for r in results:
+        sys.stdout.write(
+            f"{r['language']:<11} {r['lines']:>6} {r['keystrokes']:>5} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
+            f"{r['max_ms']:>7.2f} {r['new_line_p50_ms']:>9.2f} {r['new_line_max_ms']:>9.2f} "
+            f"{r['reparse_p50_ms']:>11.2f} {r['reparse_p99_ms']:>11.2f} {r['rest_p99_ms']:>8.2f}\n"
+        )
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,189 @@
+"""One real daemon on the tiny model, driven by DaemonEngineClients and raw sockets.
+
+Covers: file permissions, refused handshakes (token, version, model), malformed and
+oversized frames closing only their own connection, cancellation reaching the
+running denoise, the queue's priority order, and a front end that vanishes
+mid-request leaving nothing running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+
+import pytest
+from daemon_helpers import LONG, TIMEOUT, quick, raw_hello, wait_for_status, within
+from dgemma_lsp.engine import errors
+from dgemma_lsp.engine.daemon_paths import EnginePaths, engine_key, read_token
+from dgemma_lsp.engine.daemon_protocol import PROTOCOL_VERSION, EngineKey, Hello, Refused, Welcome
+from dgemma_lsp.server.daemon_client import DaemonEngineClient, open_stream, query_info, spawn_daemon
+from dgemma_lsp.server.engine_client import EngineUnavailableError
+
+
+@dataclass
+class Daemon:
+    key: EngineKey
+    paths: EnginePaths
+    pid: int
+
+
+@pytest.fixture(scope="module")
+def daemon(module_runtime_dir) -> Daemon:
+    key = engine_key("tiny")
+    paths = EnginePaths.for_key(key)
+    pid = spawn_daemon(key, paths, idle_unload=None)
+    assert pid is not None
+    return Daemon(key, paths, pid)
+
+
+@pytest.fixture
+async def client(daemon: Daemon):
+    engine = DaemonEngineClient(daemon.key, spawn=False, name="test")
+    await engine.start()
+    await wait_for_status(engine, lambda status: status.state == "ready")
+    yield engine
+    await engine.close()
+
+
+def test_runtime_dir_socket_token_and_endpoint_are_private(daemon: Daemon):
+    assert stat.S_IMODE(daemon.paths.folder.stat().st_mode) == 0o700
+    socket_mode = daemon.paths.socket.stat().st_mode
+    assert stat.S_ISSOCK(socket_mode) and stat.S_IMODE(socket_mode) == 0o600
+    for path in (daemon.paths.token, daemon.paths.endpoint, daemon.paths.log):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    assert len(read_token(daemon.paths.token)) >= 32
+
+
+async def test_wrong_token_version_or_model_is_refused(daemon: Daemon):
+    good = Hello(version=PROTOCOL_VERSION, token=read_token(daemon.paths.token), engine=daemon.key)
+    assert isinstance(await raw_hello(daemon.paths, good), Welcome)
+    for bad in (
+        Hello(version=PROTOCOL_VERSION, token="not-the-token", engine=daemon.key),
+        Hello(version=PROTOCOL_VERSION + 1, token=good.token, engine=daemon.key),
+        Hello(version=PROTOCOL_VERSION, token=good.token, engine=EngineKey(model="another-model")),
+    ):
+        answer = await raw_hello(daemon.paths, bad)
+        assert isinstance(answer, Refused), bad
+        assert answer.reason
+
+
+async def test_a_client_for_another_model_reports_the_refusal(daemon: Daemon):
+    other = DaemonEngineClient(EngineKey(model="another-model"), paths=daemon.paths, spawn=False)
+    with pytest.raises(EngineUnavailableError):
+        await within(other.denoise(quick(), lambda draft: None))
+    assert other.status().state == "error" and other.status().message
+    await other.close()
+
+
+@pytest.mark.parametrize("garbage", [b"\xff\xff\xff\xff", b"\x00\x00\x00\x03abc", b"\x00\x00\x00\x01\xc1"])
+async def test_a_malformed_or_oversized_frame_closes_only_that_connection(daemon: Daemon, client, garbage):
+    reader, writer = await open_stream(daemon.paths)
+    writer.write(garbage)
+    assert await within(reader.read(65536)) == b""  # closed by the daemon, no answer
+    writer.close()
+    result = await within(client.denoise(quick(), lambda draft: None))  # the others are still served
+    assert len(result.candidates) == 1
+
+
+async def test_cancel_reaches_the_running_denoise(daemon: Daemon, client):
+    drafts: list[int] = []
+    first = asyncio.Event()
+
+    def on_draft(draft) -> None:
+        drafts.append(draft.step)
+        first.set()
+
+    task = asyncio.create_task(client.denoise(LONG, on_draft))
+    await within(first.wait())
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(task)
+    # The client waited for the daemon to let go: nothing is running or queued now.
+    info = await within(query_info(daemon.key, daemon.paths))
+    assert (info.running_jobs, info.queue) == (0, 0)
+    assert max(drafts) < LONG.settings.steps
+    assert len((await within(client.denoise(quick(), lambda draft: None))).candidates) == 1
+
+
+async def test_the_queue_runs_higher_priority_first_then_the_newest(daemon: Daemon, client):
+    started = asyncio.Event()
+    blocker = asyncio.create_task(client.denoise(LONG, lambda draft: started.set()))
+    await within(started.wait())
+    finished: list[str] = []
+
+    async def job(name: str, priority: int) -> None:
+        await client.denoise(quick(priority), lambda draft: None)
+        finished.append(name)
+
+    jobs = [asyncio.create_task(job("old keystroke", 0))]
+    await _queue_length(daemon, 1)
+    jobs.append(asyncio.create_task(job("speculative", -1)))
+    await _queue_length(daemon, 2)
+    jobs.append(asyncio.create_task(job("urgent", 5)))
+    jobs.append(asyncio.create_task(job("new keystroke", 0)))
+    await _queue_length(daemon, 4)
+    blocker.cancel()
+    await within(asyncio.gather(*jobs))
+    assert finished == ["urgent", "new keystroke", "old keystroke", "speculative"]
+
+
+async def _queue_length(daemon: Daemon, length: int) -> None:
+    # Submits travel on the client's connection, queries on their own: wait until the daemon has them.
+    async def loop() -> None:
+        while (await query_info(daemon.key, daemon.paths)).queue < length:
+            await asyncio.sleep(0.05)
+
+    await within(loop())
+
+
+VANISHING_FRONT_END = textwrap.dedent("""
+    import asyncio, sys
+    from daemon_helpers import LONG
+    from dgemma_lsp.engine.daemon_paths import engine_key
+    from dgemma_lsp.server.daemon_client import DaemonEngineClient
+
+    async def main():
+        client = DaemonEngineClient(engine_key("tiny"), spawn=False, name="doomed")
+        drafting = asyncio.Event()
+        job = asyncio.create_task(client.denoise(LONG, lambda draft: drafting.set()))
+        await drafting.wait()
+        sys.stdout.write("drafting\\n")
+        sys.stdout.flush()
+        await job
+
+    asyncio.run(main())
+""")
+
+
+async def test_a_front_end_that_vanishes_mid_request_leaves_nothing_running(daemon: Daemon, client):
+    helpers = os.path.dirname(__file__)
+    front_end = subprocess.Popen(
+        [sys.executable, "-c", VANISHING_FRONT_END], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [helpers, os.environ.get("PYTHONPATH")]))},
+    )
+    try:
+        line = await within(asyncio.to_thread(front_end.stdout.readline))
+        assert line == "drafting\n"
+        await wait_for_status(client, lambda status: status.state == "busy")
+        front_end.send_signal(signal.SIGKILL)
+        await wait_for_status(client, lambda status: status.state == "ready")
+    finally:
+        front_end.kill()
+        front_end.wait(TIMEOUT)
+    info = await within(query_info(daemon.key, daemon.paths))
+    assert (info.running_jobs, info.queue, info.clients) == (0, 0, 1)
+    assert info.loads == 1
+
+
+async def test_a_bad_request_fails_alone_with_its_own_error(client):
+    bad = quick()
+    bad = type(bad)(context=bad.context, settings=type(bad.settings)(steps=0))
+    with pytest.raises(errors.BadRequestError):
+        await within(client.denoise(bad, lambda draft: None))
+    assert len((await within(client.denoise(quick(), lambda draft: None))).candidates) == 1

@@ -125,7 +125,8 @@ class InProcessEngineClient:
         if self._loaded is None:
             await self.start()
         assert self._loaded is not None
-        await self._loaded  # raises EngineUnavailableError if loading failed; cancellable
+        # Shielded: cancelling one waiting request must not cancel the shared load.
+        await asyncio.shield(self._loaded)  # raises EngineUnavailableError if loading failed
         loop = asyncio.get_running_loop()
         done: asyncio.Future[DenoiseResult] = loop.create_future()
         cancel = threading.Event()
@@ -151,11 +152,16 @@ class InProcessEngineClient:
         except asyncio.CancelledError:
             cancel.set()
             # Wait (briefly: one denoising step) for the worker to let go of the model,
-            # so "cancelled" means "no work left running". A second cancel skips the wait.
-            try:
-                await asyncio.shield(done)
-            except BaseException:
-                pass
+            # so "cancelled" means "no work left running", even if cancelled again meanwhile.
+            while not done.done():
+                try:
+                    await asyncio.shield(done)
+                except asyncio.CancelledError:
+                    continue
+                except BaseException:
+                    break
+            if not done.cancelled() and done.exception() is None:
+                log.debug("request cancelled after its last step; result dropped")
             raise
         finally:
             self._cancels.discard(cancel)

@@ -43,6 +43,7 @@ from .daemon_protocol import (
     DraftFrame,
     EngineKey,
     Failed,
+    Goodbye,
     Hello,
     InfoFrame,
     InfoQuery,
@@ -129,6 +130,7 @@ class EngineDaemon:
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dgemma-engine")
         self._work = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._stop_reason = "stopped by a signal"
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -194,6 +196,8 @@ class EngineDaemon:
             self._running.cancel.set()
         dispatcher.cancel()
         for connection in list(self._connections):
+            if connection.welcomed:
+                connection.send(Goodbye(reason=f"the engine daemon was {self._stop_reason}"))
             connection.closed = True
             connection.writer.close()
         # Let the worker leave the model (one step) before the process exits.
@@ -264,6 +268,7 @@ class EngineDaemon:
             connection.send(InfoFrame(id=message.id, info=self.info(asking=connection)))
         elif isinstance(message, Shutdown):
             log.info("shutdown requested by pid %d", connection.pid)
+            self._stop_reason = f"stopped on request of pid {connection.pid}"
             self._stopping.set()
         else:  # a second Hello
             raise ProtocolError(f"unexpected {type(message).__name__} after the handshake")

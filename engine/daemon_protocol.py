@@ -220,7 +220,14 @@ class InfoFrame(msgspec.Struct, frozen=True, kw_only=True, tag="info"):
     """The daemon now."""
 
 
-DaemonMessage = Welcome | Refused | DraftFrame | Result | Failed | StatusFrame | InfoFrame
+class Goodbye(msgspec.Struct, frozen=True, kw_only=True, tag="goodbye"):
+    """The daemon is stopping on purpose (`engine stop`, SIGTERM): clients need not respawn it at once."""
+
+    reason: str
+    """Why, for a person."""
+
+
+DaemonMessage = Welcome | Refused | DraftFrame | Result | Failed | StatusFrame | InfoFrame | Goodbye
 
 
 # -- framing -------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from dgemma_lsp.engine.daemon_protocol import (
     DraftFrame,
     EngineKey,
     Failed,
+    Goodbye,
     Hello,
     InfoFrame,
     InfoQuery,
@@ -199,6 +200,10 @@ async def request_shutdown(key: EngineKey, paths: EnginePaths) -> int:
     while await _next_message(session.reader, session._decoder, session._pending) is not None:
         pass
     await session.close()
+    # Then it leaves the model and exits; its pid lock goes with the process.
+    deadline = time.monotonic() + CANCEL_GRACE_S
+    while lock_is_held(paths.pid_lock) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
     return session.pid
 
 
@@ -349,6 +354,7 @@ class DaemonEngineClient:
         self._jobs: dict[int, tuple[asyncio.Future, DraftListener]] = {}
         self._ids = itertools.count(1)
         self._closed = False
+        self._goodbye: str | None = None  # set when the daemon said it stops on purpose
 
     @classmethod
     def from_args(cls, args) -> DaemonEngineClient:
@@ -452,6 +458,14 @@ class DaemonEngineClient:
             self._session = None
         if self._closed:
             return
+        goodbye, self._goodbye = self._goodbye, None
+        if goodbye is not None:
+            # Stopped on purpose (`engine stop`): start a new one only when work comes.
+            message = f"{goodbye}; it starts again on the next request"
+            log.info(message)
+            self._fail_jobs(EngineUnavailableError(message))
+            self._set_status(state="unloaded", message=message, device="", memory_bytes=0)
+            return
         why = f": {error}" if error else ""
         message = f"the engine daemon (pid {session.pid}) went away{why}; restarting it"
         log.warning(message)
@@ -474,6 +488,8 @@ class DaemonEngineClient:
             self._settle(message.id, error=_failure_error(message))
         elif isinstance(message, StatusFrame):
             self._publish(message.status)
+        elif isinstance(message, Goodbye):
+            self._goodbye = message.reason
         elif isinstance(message, InfoFrame):
             pass  # only the CLI asks
         else:

@@ -1,0 +1,97 @@
+"""A daemon's life as a user sees it: `engine start|status|stop`, auto-spawn, idle unload and
+reload, `engine stop` under an attached client, and the loopback-TCP transport with its token."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+from daemon_helpers import dgemma, engine_status, quick, raw_hello, wait_for_status, within
+from dgemma_lsp.engine.daemon_paths import TRANSPORT_ENV, EnginePaths, engine_key, lock_is_held, read_token
+from dgemma_lsp.engine.daemon_protocol import PROTOCOL_VERSION, Hello, Refused, Welcome
+from dgemma_lsp.server.daemon_client import DaemonEngineClient, query_info
+
+
+def test_engine_start_status_stop(runtime_dir):
+    assert dgemma("engine", "status").returncode == 3
+    assert engine_status()["running"] is False
+
+    started = dgemma("engine", "start", "--json")
+    assert started.returncode == 0, started.stderr
+    again = dgemma("engine", "start", "--json")
+    assert again.returncode == 0, again.stderr
+    first, second = (json.loads(done.stdout) for done in (started, again))
+    assert first["started"] and not second["started"] and first["pid"] == second["pid"]
+
+    status = engine_status()
+    assert status["running"] and status["pid"] == first["pid"]
+    assert {"pid", "socket", "model", "device", "memory", "clients", "queue", "loads", "uptime"} <= set(status)
+    assert status["model"] == "tiny" and status["clients"] == 0 and status["queue"] == 0
+
+    stopped = dgemma("engine", "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    paths = EnginePaths.for_key(engine_key("tiny"))
+    assert not lock_is_held(paths.pid_lock)  # the process is gone, not just its socket
+    assert not paths.socket.exists() and not paths.token.exists()
+    assert dgemma("engine", "status").returncode == 3
+    assert dgemma("engine", "stop").returncode == 0  # stopping nothing is fine
+
+
+async def test_auto_spawn_idle_unload_reload_and_stop_under_a_client(runtime_dir):
+    key = engine_key("tiny")
+    client = DaemonEngineClient(key, idle_unload=0.5, name="test")
+    try:
+        await client.start()  # no daemon yet: the client spawns one
+        assert len((await within(client.denoise(quick(), lambda draft: None))).candidates) == 1
+        await wait_for_status(client, lambda status: status.state == "unloaded")
+        info = await within(query_info(key, client.paths))
+        assert (info.state, info.memory, info.loads) == ("unloaded", 0, 1)
+
+        assert len((await within(client.denoise(quick(), lambda draft: None))).candidates) == 1
+        info = await within(query_info(key, client.paths))
+        assert info.loads == 2 and info.clients == 1
+        first_pid = info.pid
+
+        # `engine stop` with a client attached: the client says so and does not respawn at once ...
+        assert dgemma("engine", "stop").returncode == 0
+        await wait_for_status(client, lambda status: status.state == "unloaded" and status.message)
+        assert not lock_is_held(client.paths.pid_lock)
+        # ... but the next request starts a new daemon.
+        assert len((await within(client.denoise(quick(), lambda draft: None))).candidates) == 1
+        assert (await within(query_info(key, client.paths))).pid != first_pid
+    finally:
+        await client.close()
+        dgemma("engine", "stop")
+
+
+async def test_loopback_tcp_transport_checks_the_token(runtime_dir, monkeypatch):
+    monkeypatch.setenv(TRANSPORT_ENV, "tcp")
+    started = dgemma("engine", "start", "--idle-unload", "0")
+    assert started.returncode == 0, started.stderr
+    status = engine_status()
+    assert status["socket"].startswith("tcp://127.0.0.1:")
+    key = engine_key("tiny")
+    paths = EnginePaths.for_key(key)
+    assert not paths.socket.exists()
+    assert stat.S_IMODE(os.stat(paths.token).st_mode) == 0o600
+    token = read_token(paths.token)
+    assert isinstance(await raw_hello(paths, Hello(version=PROTOCOL_VERSION, token=token, engine=key)), Welcome)
+    refused = await raw_hello(paths, Hello(version=PROTOCOL_VERSION, token=token[::-1], engine=key))
+    assert isinstance(refused, Refused)
+    assert dgemma("engine", "stop").returncode == 0
+
+
+def test_a_runtime_dir_owned_by_the_user_but_too_open_is_tightened(runtime_dir):
+    os.chmod(runtime_dir, 0o755)
+    done = dgemma("engine", "status")
+    assert done.returncode == 3, done.stderr
+    assert stat.S_IMODE(runtime_dir.stat().st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="needs root to hand the folder to another user")
+def test_a_runtime_dir_owned_by_someone_else_is_refused(runtime_dir):
+    os.chown(runtime_dir, 12345, 12345)
+    done = dgemma("engine", "status")
+    assert done.returncode == 1 and done.stderr

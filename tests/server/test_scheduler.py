@@ -1,0 +1,113 @@
+"""The scheduler's rules with real asyncio tasks, and the completion cache's hits."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from dgemma_lsp.engine.types import Candidate
+from dgemma_lsp.server.scheduler import SUPERSEDED, CompletionCache, LatestWins
+from dgemma_lsp.server.settings import ServerSettings, decode_settings
+
+
+async def test_a_newer_request_supersedes_the_older_one():
+    scheduler = LatestWins()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow():
+        started.set()
+        await release.wait()
+        return "old"
+
+    async def fast():
+        return "new"
+
+    old = asyncio.create_task(scheduler.run("doc", lambda: None, slow, 0))
+    await started.wait()
+    new = asyncio.create_task(scheduler.run("doc", lambda: None, fast, 0))
+    assert await new == "new"
+    assert await old is SUPERSEDED  # answered, not an error
+    assert scheduler.in_flight == 0
+
+
+async def test_other_documents_are_not_superseded():
+    scheduler = LatestWins()
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow():
+        started.set()
+        await release.wait()
+        return "a"
+
+    a = asyncio.create_task(scheduler.run("a", lambda: None, slow, 0))
+    await started.wait()
+    assert await scheduler.run("b", lambda: None, lambda: asyncio.sleep(0, "b"), 0) == "b"
+    release.set()
+    assert await a == "a"
+
+
+async def test_a_cache_hit_answers_without_work_and_still_supersedes():
+    scheduler = LatestWins()
+    started = asyncio.Event()
+
+    async def forever():
+        started.set()
+        await asyncio.Event().wait()
+
+    old = asyncio.create_task(scheduler.run("doc", lambda: None, forever, 0))
+    await started.wait()
+    assert await scheduler.run("doc", lambda: ["hit"], forever, 10.0) == ["hit"]
+    assert await old is SUPERSEDED
+
+
+async def test_a_client_cancel_propagates():
+    scheduler = LatestWins()
+    started = asyncio.Event()
+
+    async def forever():
+        started.set()
+        await asyncio.Event().wait()
+
+    task = asyncio.create_task(scheduler.run("doc", lambda: None, forever, 0))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert scheduler.in_flight == 0
+
+
+def candidate(text: str, replace_chars: int = 0) -> Candidate:
+    return Candidate(text=text, confidence=0.5, replace_chars=replace_chars)
+
+
+def test_cache_hits_repeats_and_typed_ahead_prefixes():
+    cache = CompletionCache()
+    text = "x = foo(\n"
+    cursor = text.index("(") + 1
+    cache.store("doc", text, cursor, 1, [candidate("a, b)", replace_chars=0)])
+    assert [c.text for c in cache.lookup("doc", text, cursor, 1)] == ["a, b)"]
+    typed = text[:cursor] + "a, " + text[cursor:]
+    assert [c.text for c in cache.lookup("doc", typed, cursor + 3, 1)] == ["b)"]
+    diverged = text[:cursor] + "z" + text[cursor:]
+    assert cache.lookup("doc", diverged, cursor + 1, 1) is None
+    assert cache.lookup("other", text, cursor, 1) is None
+    assert cache.lookup("doc", text, cursor, 3) is None  # wants more candidates than were asked for
+
+
+def test_cache_forgets_the_least_recently_used():
+    cache = CompletionCache(capacity=2)
+    for i in range(3):
+        cache.store("doc", f"{i}\n", 1, 1, [candidate("x")])
+    assert cache.lookup("doc", "0\n", 1, 1) is None
+    assert cache.lookup("doc", "2\n", 1, 1) is not None
+
+
+def test_settings_decode_flat_or_sectioned_and_name_bad_keys():
+    settings, bad = decode_settings({"dgemma": {"steps": 4, "maxCandidates": 0, "debounceMs": "soon", "other": 1}})
+    assert settings.steps == 4
+    assert settings.max_candidates == ServerSettings().max_candidates
+    assert settings.debounce_ms == ServerSettings().debounce_ms
+    assert sorted(bad) == ["debounceMs", "maxCandidates"]
+    layered, bad = decode_settings({"seed": 3}, settings)
+    assert (layered.seed, layered.steps, bad) == (3, 4, [])
+    assert decode_settings("nonsense")[1] == ["<settings>"]

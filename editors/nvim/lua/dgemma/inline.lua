@@ -168,8 +168,10 @@ function M.request_debounced(bufnr)
 end
 
 --- Accepts the visible suggestion, all of it or the next word or line. Our own ghost text wins
---- over the built-in's (it is the newer one when both exist); the built-in's item is accepted
---- through vim.lsp.inline_completion.get{on_accept}, which runs on the next tick.
+--- over the built-in's (it is the newer one when both exist). The built-in's item is taken through
+--- vim.lsp.inline_completion.get{on_accept} (it runs on the next tick) and inserted by the plugin
+--- too: one insertion path for every version, exact text (the built-in pastes, and a paste drops
+--- control characters), and partial accepts, which the built-in lacks.
 ---@param how 'all'|'word'|'line'
 ---@return boolean accepted whether something was (or, on 0.12, will be) accepted
 function M.accept(how)
@@ -202,9 +204,15 @@ function M.accept(how)
         end
       end
       suggestion.set(bufnr, { row = row, col = anchor_col, text = text, kind = 'final', replace_after = replace_after })
-      if not suggestion.accept(bufnr, how) then
+      local accepted = suggestion.accept(bufnr, how)
+      if not accepted then
+        -- The cursor left the item (the built-in still drew what it could): let it insert.
         suggestion.clear(bufnr)
         return how == 'all' and item or nil
+      end
+      local client = item.command and vim.lsp.get_client_by_id(item.client_id)
+      if client and how == 'all' then
+        client:exec_cmd(item.command, { bufnr = bufnr })
       end
       return nil
     end,

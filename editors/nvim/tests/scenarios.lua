@@ -1,0 +1,381 @@
+--- Headless end-to-end scenarios of the dgemma plugin against the real server (tiny model).
+--- Run: nvim --headless -u NONE -i NONE -c 'luafile editors/nvim/tests/scenarios.lua'
+--- Environment: DGEMMA_NVIM_CMD (JSON list: the server command), DGEMMA_NVIM_WORKDIR (a scratch
+--- folder), DGEMMA_NVIM_TIMEOUT_S (global timeout, default 240), DGEMMA_NVIM_ONLY (one scenario).
+--- Keys are typed with nvim_input, so mappings, autocmds and insert mode behave as for a user. The
+--- tiny model writes random text: the checks are about behaviour (ghost text appears and changes,
+--- the buffer equals before + accepted part + after), never about wording.
+--- Output on stdout, one line per scenario ("ok NAME" / "FAIL NAME: why"), then "PASS"; a failure
+--- or the global timeout ends with `cquit 1`.
+local repo = vim.fn.fnamemodify(debug.getinfo(1, 'S').source:sub(2), ':p:h:h:h:h')
+vim.opt.rtp:prepend(repo .. '/editors/nvim')
+vim.o.swapfile = false
+vim.cmd('filetype plugin indent on') -- as in any user config; -u NONE leaves it off
+vim.o.shortmess = vim.o.shortmess .. 'F'
+
+local api = vim.api
+local cmd = vim.json.decode((assert(os.getenv('DGEMMA_NVIM_CMD'), 'DGEMMA_NVIM_CMD is not set')))
+local workdir = (assert(os.getenv('DGEMMA_NVIM_WORKDIR'), 'DGEMMA_NVIM_WORKDIR is not set'))
+local timeout_s = tonumber(os.getenv('DGEMMA_NVIM_TIMEOUT_S') or '240')
+local only = os.getenv('DGEMMA_NVIM_ONLY')
+if only == '' then
+  only = nil
+end
+local WAIT_MS = 30000 -- one suggestion on the tiny model takes well under a second; CI machines are slow
+
+local function out(line)
+  io.stdout:write(line .. '\n')
+  io.stdout:flush()
+end
+
+local finished = false
+local function finish(ok, message)
+  if finished then
+    return
+  end
+  finished = true
+  if message then
+    out(message)
+  end
+  if ok then
+    out('PASS')
+    vim.cmd('qall!')
+  else
+    vim.cmd('cquit 1')
+  end
+end
+
+local global_timer = assert(vim.uv.new_timer())
+global_timer:start(timeout_s * 1000, 0, vim.schedule_wrap(function()
+  finish(false, ('FAIL global timeout after %d s'):format(timeout_s))
+end))
+
+-- The scenarios run in a coroutine: waiting yields to the event loop, so typed keys, LSP messages
+-- and timers are processed exactly as in an interactive session.
+local runner
+local function resume()
+  local ok, err = coroutine.resume(runner)
+  if not ok then
+    finish(false, 'FAIL ' .. tostring(err) .. '\n' .. debug.traceback(runner))
+  end
+end
+
+local function sleep(ms)
+  vim.defer_fn(resume, ms)
+  coroutine.yield()
+end
+
+---@param what string
+---@param condition fun(): any
+---@param ms? integer
+local function wait_for(what, condition, ms)
+  local deadline = vim.uv.now() + (ms or WAIT_MS)
+  while true do
+    local value = condition()
+    if value then
+      return value
+    end
+    if vim.uv.now() > deadline then
+      error('timed out waiting for ' .. what, 2)
+    end
+    sleep(10)
+  end
+end
+
+local function check(condition, message, ...)
+  if not condition then
+    error(message:format(...), 2)
+  end
+end
+
+local function type_keys(keys)
+  api.nvim_input(keys)
+  sleep(1) -- nvim_input only queues; let the loop take the keys
+end
+
+local function buffer_text()
+  return table.concat(api.nvim_buf_get_lines(0, 0, -1, false), '\n')
+end
+
+local function namespace(name)
+  return api.nvim_get_namespaces()[name]
+end
+
+--- Ghost text currently drawn by the plugin or by Neovim's built-in inline completion, as
+--- {row, col, text, source, hl} — read back from the extmarks, as a user would see it.
+local function ghost()
+  for _, source in ipairs({ 'dgemma.ghost', 'nvim.lsp.inline_completion' }) do
+    local ns = namespace(source)
+    if ns then
+      for _, mark in ipairs(api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true })) do
+        local details = mark[4]
+        local lines, hl = {}, nil
+        local first = {}
+        for _, chunk in ipairs(details.virt_text or {}) do
+          first[#first + 1] = chunk[1]
+          hl = hl or chunk[2]
+        end
+        lines[1] = table.concat(first)
+        for _, virt_line in ipairs(details.virt_lines or {}) do
+          local parts = {}
+          for _, chunk in ipairs(virt_line) do
+            parts[#parts + 1] = chunk[1]
+          end
+          lines[#lines + 1] = table.concat(parts)
+        end
+        return { row = mark[2], col = mark[3], text = table.concat(lines, '\n'), source = source, hl = hl }
+      end
+    end
+  end
+end
+
+--- Text as ghost text shows it: Neovim draws control and other unprintable characters in virtual
+--- text as ^X or <xx> (tabs stay), so a random model's answer is compared in that form.
+local function display(text)
+  return (text:gsub('[^\t\n]+', vim.fn.strtrans))
+end
+
+--- What was inserted at the ghost text's position: checks that the text before and after it is
+--- untouched and returns the (raw) inserted piece.
+local function inserted_piece(lines, g, now)
+  local line = lines[g.row + 1]
+  local head = table.concat(vim.list_slice(lines, 1, g.row), '\n') .. (g.row > 0 and '\n' or '') .. line:sub(1, g.col)
+  local tail = line:sub(g.col + 1) .. (g.row + 1 < #lines and '\n' or '') .. table.concat(vim.list_slice(lines, g.row + 2), '\n')
+  check(#now >= #head + #tail and vim.startswith(now, head) and vim.endswith(now, tail),
+    'the text around the cursor changed:\n%s', now)
+  return now:sub(#head + 1, #now - #tail)
+end
+
+local function in_insert_mode()
+  return api.nvim_get_mode().mode == 'i'
+end
+
+local function client()
+  return vim.lsp.get_clients({ bufnr = 0, name = 'dgemma' })[1]
+end
+
+--- Types `keys` at the end of the buffer's last line and waits for a non-empty final suggestion:
+--- the built-in's on 0.12, the plugin's own on 0.11. A random model sometimes offers nothing at a
+--- spot: then one more character is typed, a few times.
+local function suggestion_with_retries(keys)
+  local builtin = vim.lsp.inline_completion ~= nil
+  for attempt = 1, 5 do
+    type_keys('<Esc>')
+    wait_for('normal mode', function() return api.nvim_get_mode().mode == 'n' end)
+    type_keys('GA' .. (attempt == 1 and keys or 'x'))
+    wait_for('insert mode', in_insert_mode)
+    local ok, found = pcall(wait_for, 'a final suggestion', function()
+      local g = ghost()
+      if g and g.text ~= '' and (builtin and g.source == 'nvim.lsp.inline_completion'
+          or not builtin and g.hl == 'DGemmaGhost') then
+        return g
+      end
+    end, attempt < 5 and 10000 or WAIT_MS)
+    if ok then
+      return found
+    end
+  end
+  error('no suggestion after 5 tries', 2)
+end
+
+local function word_class(char)
+  if char:match('[%w_]') then
+    return 'word'
+  elseif char:match('%s') then
+    return 'space'
+  end
+  return 'punct'
+end
+
+--- Waits until the buffer differs from `before` and returns the new text.
+local function changed_from(before)
+  return wait_for('the buffer to change', function()
+    local now = buffer_text()
+    return now ~= before and now
+  end)
+end
+
+local scenarios = {}
+
+scenarios[#scenarios + 1] = { 'setup_attaches', function()
+  local dgemma = require('dgemma')
+  -- setup() twice: the second call replaces the first; one client, one set of keymaps.
+  dgemma.setup({ cmd = { 'false' }, keymaps = { accept = '<F2>' } })
+  dgemma.setup({
+    cmd = cmd,
+    filetypes = { 'python' },
+    settings = { drafts = true, steps = 8, maxTokens = 32 },
+  })
+  vim.cmd.edit(vim.fn.fnameescape(workdir .. '/sample.py'))
+  check(vim.bo.filetype == 'python', 'filetype is %s', vim.bo.filetype)
+  local c = wait_for('the dgemma client to initialize', function()
+    local it = client()
+    return it and it.initialized and it
+  end)
+  check(#vim.lsp.get_clients({ name = 'dgemma' }) == 1, 'expected one dgemma client')
+  check(c.config.cmd[1] == cmd[1], 'the second setup() did not replace cmd')
+  check(vim.fn.maparg('<F2>', 'i') == '', 'the first setup()\'s keymap survived the second')
+  check(vim.fn.maparg('<Tab>', 'i') ~= '', 'default <Tab> keymap missing')
+  out('  server ' .. vim.inspect(c.server_info) .. ', offset encoding ' .. c.offset_encoding)
+end }
+
+scenarios[#scenarios + 1] = { 'drafts_appear_and_change', function()
+  -- Every draft notification is observed right after the plugin handled it: what it drew.
+  local c = assert(client())
+  local seen, texts = {}, {}
+  local handle = c.handlers['dgemma/draft'] or vim.lsp.handlers['dgemma/draft']
+  check(handle ~= nil, 'no dgemma/draft handler registered')
+  c.handlers['dgemma/draft'] = function(...)
+    handle(...)
+    local g = ghost()
+    if g and g.source == 'dgemma.ghost' and g.hl == 'DGemmaDraft' then
+      seen[#seen + 1] = g
+      if not vim.tbl_contains(texts, g.text) then
+        texts[#texts + 1] = g.text
+      end
+    end
+  end
+  type_keys('GA<CR>def add(a, b):<CR>')
+  wait_for('insert mode', in_insert_mode)
+  for _, key in ipairs({ 'r', 'e', 't', 'u', 'r', 'n', ' ', 'a' }) do
+    type_keys(key)
+    sleep(60)
+  end
+  wait_for('draft ghost text that changes', function() return #texts >= 2 end)
+  c.handlers['dgemma/draft'] = handle
+  local cursor = api.nvim_win_get_cursor(0)
+  local last = seen[#seen]
+  check(last.row <= cursor[1] - 1, 'draft drawn below the cursor line')
+  out(('  %d drafts drawn, %d distinct texts'):format(#seen, #texts))
+end }
+
+scenarios[#scenarios + 1] = { 'accept_all_with_tab', function()
+  local g = suggestion_with_retries(' + ')
+  local lines = api.nvim_buf_get_lines(0, 0, -1, false)
+  local cursor = api.nvim_win_get_cursor(0)
+  check(g.row == cursor[1] - 1 and g.col == cursor[2], 'ghost text is not at the cursor')
+  type_keys('<Tab>')
+  local piece = inserted_piece(lines, g, changed_from(table.concat(lines, '\n')))
+  check(display(piece) == g.text, 'inserted %q, the ghost text showed %q', piece, g.text)
+  local inserted = vim.split(piece, '\n', { plain = true })
+  local end_row = g.row + #inserted
+  local end_col = (#inserted == 1 and g.col or 0) + #inserted[#inserted]
+  local after = api.nvim_win_get_cursor(0)
+  check(after[1] == end_row and after[2] == end_col, 'cursor at %d:%d, expected %d:%d', after[1], after[2], end_row, end_col)
+  check(in_insert_mode(), 'left insert mode')
+  check(ghost() == nil or ghost().text ~= g.text, 'the accepted suggestion is still shown')
+end }
+
+--- Checks a partial accept: a non-empty prefix of the suggestion went in at the cursor, and what
+--- is left is shown right away for the next accept. Returns the accepted piece and the rest.
+local function check_partial(g, lines, piece)
+  check(#piece > 0 and vim.startswith(g.text, display(piece)), 'accepted %q is not a prefix of %q', piece, g.text)
+  local rest = ''
+  if display(piece) ~= g.text then
+    local shown = ghost()
+    check(shown and display(piece) .. shown.text == g.text, 'the rest of %q is not shown after accepting %q: %s',
+      g.text, piece, vim.inspect(shown))
+    rest = shown.text
+  end
+  return rest
+end
+
+scenarios[#scenarios + 1] = { 'accept_word', function()
+  local g = suggestion_with_retries('<CR>value = add(1, ')
+  local lines = api.nvim_buf_get_lines(0, 0, -1, false)
+  type_keys('<M-Right>')
+  local piece = inserted_piece(lines, g, changed_from(table.concat(lines, '\n')))
+  local rest = check_partial(g, lines, piece)
+  -- The piece ends at a word boundary: the next character is of another kind (word, space,
+  -- punctuation), or the piece took a line break.
+  if rest ~= '' then
+    check(word_class(piece:sub(-1)) ~= word_class(rest:sub(1, 1)) or piece:find('\n'),
+      'accepted %q stops inside a word of %q', piece, g.text)
+  end
+  out(('  accepted %q of %q'):format(piece, g.text))
+end }
+
+scenarios[#scenarios + 1] = { 'accept_line', function()
+  local g = suggestion_with_retries('<CR>total = add(2, ')
+  local lines = api.nvim_buf_get_lines(0, 0, -1, false)
+  check(require('dgemma').accept_line(), 'accept_line() found nothing to accept')
+  local piece = inserted_piece(lines, g, changed_from(table.concat(lines, '\n')))
+  local rest = check_partial(g, lines, piece)
+  check(rest == '' or rest:sub(1, 1) == '\n', 'accepted %q does not end at a line end of %q', piece, g.text)
+  check(select(2, piece:gsub('\n', '')) <= 1, 'accepted more than one line: %q', piece)
+  out(('  accepted %q of %q'):format(piece, g.text))
+end }
+
+scenarios[#scenarios + 1] = { 'dismiss', function()
+  suggestion_with_retries('<CR>print(add(3, ')
+  local before = buffer_text()
+  type_keys('<C-]>')
+  wait_for('the ghost text to go', function() return ghost() == nil end)
+  check(buffer_text() == before, 'dismiss changed the buffer')
+  check(in_insert_mode(), 'left insert mode')
+end }
+
+scenarios[#scenarios + 1] = { 'non_ascii_line', function()
+  -- Multi-byte characters before the cursor: positions must go through the negotiated encoding.
+  local g = suggestion_with_retries('<CR>greeting = "héllo wörld ✓" + ')
+  local cursor = api.nvim_win_get_cursor(0)
+  check(g.row == cursor[1] - 1 and g.col == cursor[2], 'ghost text at %d:%d, cursor at %d:%d',
+    g.row, g.col, cursor[1] - 1, cursor[2])
+  local lines = api.nvim_buf_get_lines(0, 0, -1, false)
+  check(require('dgemma').accept(), 'accept() found nothing to accept')
+  local piece = inserted_piece(lines, g, changed_from(table.concat(lines, '\n')))
+  check(display(piece) == g.text, 'inserted %q, the ghost text showed %q', piece, g.text)
+end }
+
+scenarios[#scenarios + 1] = { 'rewrite_visual_selection', function()
+  type_keys('<Esc>')
+  wait_for('normal mode', function() return api.nvim_get_mode().mode == 'n' end)
+  api.nvim_buf_set_lines(0, 0, -1, false, {
+    'def scale(values, factor):',
+    '    result = [v * factor for v in values]',
+    '    return result',
+    '',
+    'print(scale([1, 2, 3], 2))',
+  })
+  local before = buffer_text()
+  -- Select from "[v" on line 2 to the end of "return" on line 3, characterwise, and rewrite it.
+  api.nvim_win_set_cursor(0, { 2, 13 })
+  type_keys('vj0we:DGemmaRewrite<CR>')
+  local now = changed_from(before)
+  local head = 'def scale(values, factor):\n    result = '
+  local tail = ' result\n\nprint(scale([1, 2, 3], 2))'
+  check(vim.startswith(now, head), 'text before the selection changed:\n%s', now)
+  check(vim.endswith(now, tail), 'text after the selection changed:\n%s', now)
+  out(('  rewrote to %q'):format(now:sub(#head + 1, #now - #tail)))
+end }
+
+scenarios[#scenarios + 1] = { 'checkhealth', function()
+  vim.cmd('checkhealth dgemma')
+  local report = buffer_text()
+  vim.cmd('bwipeout!')
+  check(report:find('OK', 1, true), 'no OK line in checkhealth:\n%s', report)
+  check(not report:find('ERROR', 1, true), 'checkhealth reports an error:\n%s', report)
+  check(report:find('server command', 1, true), 'checkhealth does not name the server command:\n%s', report)
+end }
+
+runner = coroutine.create(function()
+  out(('nvim %s'):format(tostring(vim.version())))
+  for _, scenario in ipairs(scenarios) do
+    local name, run = scenario[1], scenario[2]
+    if not only or name == only or name == 'setup_attaches' then
+      local started = vim.uv.hrtime()
+      local ok, err = pcall(run)
+      if not ok then
+        out(('FAIL %s: %s'):format(name, tostring(err)))
+        out('  buffer:\n' .. buffer_text())
+        out('  ghost: ' .. vim.inspect(ghost()))
+        finish(false)
+        return
+      end
+      out(('ok %s (%.1f s)'):format(name, (vim.uv.hrtime() - started) / 1e9))
+    end
+  end
+  finish(true)
+end)
+
+vim.schedule(resume)

@@ -11,7 +11,9 @@ single worker thread, so the model is loaded once however many clients attach.
   within one step) or drop a queued job; a connection that closes cancels all
   of its jobs, so a vanished front end leaves nothing running.
 - After `idle_unload` seconds without work the model is unloaded; the next
-  job loads it again. Status changes are pushed to every client.
+  job loads it again. When that timeout finds no client attached, the daemon
+  exits (so daemons of closed editors do not pile up). Status changes are
+  pushed to every client.
 - A malformed, oversized or unexpected frame closes that connection only.
 - Race safety: the live daemon holds an flock on its `.pid` file for its whole
   life; a second daemon for the same engine exits at once.
@@ -161,6 +163,7 @@ class EngineDaemon:
                 os.write(ready_fd, f"{os.getpid()}\n".encode())
                 os.close(ready_fd)
             dispatcher = asyncio.create_task(self._dispatch(), name="dgemma-dispatch")
+            self._arm_idle_timer()  # a daemon nobody attaches to does not stay forever
             await self._stopping.wait()
             log.info("engine daemon stopping")
             await self._shut_down(server, dispatcher)
@@ -293,6 +296,8 @@ class EngineDaemon:
         if connection.welcomed:
             log.info("client %s (pid %d) detached; %d clients", connection.name, connection.pid,
                      self._clients())
+        if self._clients() == 0:
+            self._arm_idle_timer()
 
     def _clients(self) -> int:
         return sum(1 for c in self._connections if c.welcomed and not c.closed)
@@ -330,6 +335,12 @@ class EngineDaemon:
                     log.info("idle for %s s: unloading the model", self.idle_unload)
                     await loop.run_in_executor(self._executor, self.service.unload)
                     self._publish()
+                if self._clients() == 0 and not self._queue:
+                    # Nobody attached and nothing loaded: a resident process would only be litter.
+                    log.info("idle for %s s with no clients: exiting", self.idle_unload)
+                    self._stop_reason = "idle with no clients"
+                    self._stopping.set()
+                    return
             self._arm_idle_timer()
 
     async def _load(self, loop: asyncio.AbstractEventLoop) -> tuple[str, str] | None:
@@ -386,10 +397,13 @@ class EngineDaemon:
             job.connection.send(DraftFrame(id=job.id, draft=draft))
 
     def _arm_idle_timer(self) -> None:
-        if self.idle_unload is None or not self.service.loaded or self._queue or self._running:
+        """(Re)start the idle clock if there is something to do when it runs out."""
+        self._disarm_idle_timer()
+        if self.idle_unload is None or self._queue or self._running or self._stopping.is_set():
             return
-        loop = asyncio.get_running_loop()
-        self._idle_timer = loop.call_later(self.idle_unload, self._idle_timeout)
+        if self.service.loaded or self._clients() == 0:
+            loop = asyncio.get_running_loop()
+            self._idle_timer = loop.call_later(self.idle_unload, self._idle_timeout)
 
     def _disarm_idle_timer(self) -> None:
         if self._idle_timer is not None:

@@ -3,15 +3,17 @@ reload, `engine stop` under an attached client, and the loopback-TCP transport w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from daemon_helpers import dgemma, engine_status, quick, raw_hello, wait_for_status, within
 from dgemma_lsp.engine.daemon_paths import TRANSPORT_ENV, EnginePaths, engine_key, lock_is_held, read_token
 from dgemma_lsp.engine.daemon_protocol import PROTOCOL_VERSION, Hello, Refused, Welcome
-from dgemma_lsp.server.daemon_client import DaemonEngineClient, query_info
+from dgemma_lsp.server.daemon_client import DaemonEngineClient, query_info, spawn_daemon
 
 
 def test_engine_start_status_stop(runtime_dir):
@@ -63,7 +65,13 @@ async def test_auto_spawn_idle_unload_reload_and_stop_under_a_client(runtime_dir
         assert (await within(query_info(key, client.paths))).pid != first_pid
     finally:
         await client.close()
-        dgemma("engine", "stop")
+    # The last client gone, the idle timeout ends the daemon itself.
+    await within(_until(lambda: not lock_is_held(client.paths.pid_lock)))
+
+
+async def _until(predicate) -> None:
+    while not predicate():  # another process's lifetime: no event to wait on from here
+        await asyncio.sleep(0.05)
 
 
 async def test_loopback_tcp_transport_checks_the_token(runtime_dir, monkeypatch):
@@ -95,3 +103,13 @@ def test_a_runtime_dir_owned_by_someone_else_is_refused(runtime_dir):
     os.chown(runtime_dir, 12345, 12345)
     done = dgemma("engine", "status")
     assert done.returncode == 1 and done.stderr
+
+
+def test_racing_spawners_start_exactly_one_daemon(runtime_dir):
+    key = engine_key("tiny")
+    paths = EnginePaths.for_key(key)
+    with ThreadPoolExecutor(4) as pool:
+        pids = list(pool.map(lambda _: spawn_daemon(key, paths, idle_unload=None), range(4)))
+    spawned = [pid for pid in pids if pid is not None]
+    assert len(spawned) == 1  # the others found it running and attach instead
+    assert engine_status()["pid"] == spawned[0]

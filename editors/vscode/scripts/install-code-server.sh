@@ -11,6 +11,8 @@ CODE_SERVER_VERSION=4.139.1
 ROOT="$(cd "$(dirname "$0")/../../.." && pwd)"
 DEST="$ROOT/.tools/code-server"
 BIN="$DEST/node_modules/.bin/code-server"
+# code-server writes a default config and logs under XDG dirs on any start, --version too: keep them in the repo.
+export XDG_CONFIG_HOME="$DEST/xdg/config" XDG_DATA_HOME="$DEST/xdg/data"
 
 missing=()
 command -v chromium >/dev/null || missing+=(chromium)
@@ -31,7 +33,7 @@ export PATH="$NODE_BIN:$PATH"
 # whatever nodedir the user's npmrc names.
 export npm_config_nodedir="$(dirname "$NODE_BIN")"
 
-if [[ -x "$BIN" ]] && [[ "$("$BIN" --version 2>/dev/null | head -1)" == "$CODE_SERVER_VERSION"* ]]; then
+if [[ -x "$BIN" ]] && "$BIN" --version 2>/dev/null | grep -q "^$CODE_SERVER_VERSION "; then
   exit 0
 fi
 

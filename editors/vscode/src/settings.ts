@@ -23,6 +23,8 @@ export function serverSettings(): Record<string, unknown> {
     const value = config.get(key);
     if (value !== null && value !== undefined) settings[key] = value;
   }
+  // The status bar always wants `dgemma/status`, drafts or not.
+  settings.status = true;
   return settings;
 }
 

@@ -61,6 +61,7 @@ export class StatusItem implements vscode.Disposable {
   private show(state: keyof typeof ICONS, tooltip: string, suffix = ''): void {
     this.item.text = `${ICONS[state]} DGemma${suffix}`;
     this.item.tooltip = `DiffusionGemma: ${state}${tooltip ? ` — ${tooltip}` : ''}\nClick for the server output.`;
+    this.item.accessibilityInformation = { label: `DiffusionGemma ${state}`, role: 'button' };
     this.item.backgroundColor = state === 'error' || state === 'stopped'
       ? new vscode.ThemeColor('statusBarItem.errorBackground')
       : undefined;

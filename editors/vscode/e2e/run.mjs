@@ -1,0 +1,359 @@
+// Real-editor test of the extension: VS Code (code-server) in headless Chromium,
+// driven by playwright-core, against the real `dgemma-lsp --stdio --model tiny`.
+//
+// Owns the scenarios and their assertions; e2e.sh installs the tools, builds and
+// installs the .vsix and prepares the run folder. The tiny model writes random
+// text, so every check is about behaviour (ghost text shows, Tab inserts exactly
+// what was shown, a rewrite touches only the selection), never about wording.
+// Prints PASS/FAIL per scenario and a closing `N passed, M failed`; exits 1 on
+// any failure. Screenshots and logs go to $E2E_ARTIFACTS.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const env = (name) => {
+  const value = process.env[name];
+  if (!value) throw new Error(`run.mjs: ${name} is not set (run it through e2e.sh)`);
+  return value;
+};
+const CODE_SERVER = env('E2E_CODE_SERVER');
+const RUN = env('E2E_RUN_DIR'); // user-data-dir, extensions-dir, workspace/
+const ARTIFACTS = env('E2E_ARTIFACTS');
+const CHROMIUM = process.env.E2E_CHROMIUM || '/usr/bin/chromium';
+const WORKSPACE = path.join(RUN, 'workspace');
+const MODIFIER = 'Control';
+const SCENARIO_TIMEOUT_MS = 120_000;
+
+const log = (...args) => console.error(new Date().toISOString().slice(11, 23), ...args);
+
+// ---------------------------------------------------------------- code-server
+
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/** Starts code-server in its own process group (killed whole at the end) and waits until it answers. */
+async function startCodeServer() {
+  const port = await freePort();
+  const out = fs.openSync(path.join(ARTIFACTS, 'code-server.log'), 'w');
+  const child = spawn(CODE_SERVER, [
+    '--auth', 'none', '--bind-addr', `127.0.0.1:${port}`,
+    '--user-data-dir', path.join(RUN, 'user-data'), '--extensions-dir', path.join(RUN, 'extensions'),
+    '--config', path.join(RUN, 'config.yaml'),
+    '--disable-telemetry', '--disable-update-check', '--disable-workspace-trust',
+    '--disable-getting-started-override', '--ignore-last-opened', WORKSPACE,
+  ], { detached: true, stdio: ['ignore', out, out] });
+  const url = `http://127.0.0.1:${port}`;
+  const deadline = Date.now() + 60_000;
+  while (Date.now() < deadline) {
+    if (child.exitCode !== null) throw new Error(`code-server exited with ${child.exitCode}; see code-server.log`);
+    try {
+      if ((await fetch(`${url}/healthz`)).ok) return { child, url };
+    } catch { /* not listening yet */ }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error('code-server did not answer within 60 s');
+}
+
+function stopProcessGroup(child) {
+  try { process.kill(-child.pid, 'SIGTERM'); } catch { /* already gone */ }
+}
+
+// ---------------------------------------------------------------- workbench helpers
+
+async function openWorkbench(browser, url) {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 860 } });
+  page.setDefaultTimeout(30_000);
+  await page.goto(`${url}/?folder=${encodeURIComponent(WORKSPACE)}`);
+  await page.locator('.monaco-workbench').waitFor();
+  await page.locator('.statusbar').waitFor();
+  return page;
+}
+
+/** Quick open a workspace file by name; results are clicked (Enter races the list). */
+async function openFile(page, name) {
+  await page.locator('.monaco-workbench').click({ position: { x: 700, y: 5 } }).catch(() => {});
+  await page.keyboard.press(`${MODIFIER}+P`);
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor();
+  await input.fill(name);
+  await page.locator('.quick-input-list .monaco-list-row', { hasText: name }).first().click();
+  await page.locator(`.tab[aria-label*="${name}"]`).first().waitFor();
+  await page.locator('.monaco-editor .view-lines').first().waitFor();
+  await page.locator('.monaco-editor textarea, .monaco-editor .native-edit-context').first().focus();
+}
+
+async function runCommand(page, title) {
+  await page.keyboard.press('F1');
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor();
+  await input.fill(`>${title}`);
+  await page.locator('.quick-input-list .monaco-list-row', { hasText: title }).first().click();
+}
+
+async function goToLine(page, line) {
+  await page.keyboard.press(`${MODIFIER}+G`);
+  const input = page.locator('.quick-input-widget input');
+  await input.waitFor();
+  await input.fill(`:${line}`);
+  await page.keyboard.press('Enter');
+  await page.locator('.quick-input-widget').waitFor({ state: 'hidden' });
+}
+
+/** Waits until the status bar item says the model is loaded (ready, or already busy with a request). */
+async function waitForServerReady(page) {
+  await page.locator('[aria-label="DiffusionGemma ready"], [aria-label="DiffusionGemma busy"]').first()
+    .waitFor({ timeout: 90_000 });
+}
+
+/** Saves and returns the file's text once the disk copy differs from `previous`. */
+async function saveAndRead(page, file, previous) {
+  await page.keyboard.press(`${MODIFIER}+S`);
+  const deadline = Date.now() + 15_000;
+  while (Date.now() < deadline) {
+    const text = fs.readFileSync(file, 'utf8');
+    if (text !== previous) return text;
+    await page.waitForTimeout(100);
+  }
+  throw new Error(`${path.basename(file)} did not change on disk after save`);
+}
+
+/** The ghost text on screen: the inline part on the cursor line, then any lines drawn below it. */
+async function visibleGhostText(page) {
+  return page.evaluate(() => {
+    const lines = [];
+    for (const line of document.querySelectorAll('.monaco-editor .view-line')) {
+      const parts = line.querySelectorAll('.ghost-text-decoration, .ghost-text-decoration-preview');
+      if (parts.length) lines.push([...parts].map((p) => p.textContent ?? '').join(''));
+    }
+    for (const line of document.querySelectorAll('.monaco-editor .ghost-text .view-line')) {
+      if (!line.querySelector('.ghost-text-decoration')) lines.push(line.textContent ?? '');
+    }
+    return lines.join('\n');
+  });
+}
+
+/** How VS Code draws text: control characters as their Unicode "control pictures", no whitespace. */
+function asDrawn(text) {
+  return text
+    .replace(/[\x00-\x08\x0b-\x0c\x0e-\x1f]/g, (c) => String.fromCharCode(0x2400 + c.charCodeAt(0)))
+    .replace(/\x7f/g, '\u2421')
+    .replace(/[ \t\r\n\u00a0]/g, '');
+}
+
+/** Waits for non-empty ghost text; when a request brings nothing (random model), types one more key. */
+async function waitForGhostText(page, { nudges = 3, onDraft } = {}) {
+  let nudged = '';
+  for (let attempt = 0; attempt <= nudges; attempt++) {
+    const deadline = Date.now() + 20_000;
+    while (Date.now() < deadline) {
+      if (onDraft && await page.evaluate(() => window.__drafts?.length > 0)) {
+        await onDraft();
+        onDraft = undefined;
+      }
+      const ghost = await visibleGhostText(page);
+      if (ghost.replace(/\s/g, '')) return { ghost, nudged };
+      await page.waitForTimeout(100);
+    }
+    log(`no ghost text yet; nudge ${attempt + 1}: type 'x' and trigger`);
+    await page.keyboard.type('x');
+    nudged += 'x';
+    await page.keyboard.press('Alt+Backslash'); // editor.action.inlineSuggest.trigger
+  }
+  throw new Error('no ghost text appeared');
+}
+
+/**
+ * Records every draft the extension draws. A decoration's `after` text is CSS
+ * `::after` content on an empty span of an extension decoration class
+ * (`ced-…-TextEditorDecorationType…`), italic like the extension asks; drafts
+ * come and go within the denoising time, so a MutationObserver catches them.
+ */
+async function recordDrafts(page) {
+  await page.evaluate(() => {
+    window.__drafts = [];
+    const seen = (node) => {
+      if (!(node instanceof HTMLElement)) return;
+      for (const el of [node, ...node.querySelectorAll('span')]) {
+        if (!/\bced-\S*TextEditorDecorationType/.test(el.className)) continue;
+        const after = getComputedStyle(el, '::after');
+        if (after.content && after.content !== 'none' && after.content !== 'normal' && after.fontStyle === 'italic') {
+          window.__drafts.push(after.content);
+        }
+      }
+    };
+    window.__draftObserver?.disconnect();
+    window.__draftObserver = new MutationObserver((mutations) => {
+      for (const m of mutations) for (const n of m.addedNodes) seen(n);
+    });
+    window.__draftObserver.observe(document.querySelector('.monaco-editor .view-lines'), { childList: true, subtree: true });
+  });
+}
+
+// ---------------------------------------------------------------- scenarios
+
+const SAMPLE = `"""Small statistics helpers."""
+
+
+def mean(values):
+    """Arithmetic mean of a non-empty list."""
+    total = sum(values)
+    return total / len(values)
+
+
+def variance(values):
+    """Population variance."""
+    m = mean(values)
+    `;
+// Lines 6-7 (1-based): the body of mean(), the selection the rewrite scenarios use.
+const REWRITE_FIRST_LINE = 6;
+const REWRITE_LINES = 2;
+
+function workspaceFile(name) {
+  const file = path.join(WORKSPACE, name);
+  fs.writeFileSync(file, SAMPLE);
+  return file;
+}
+
+async function shoot(page, name) {
+  const file = path.join(ARTIFACTS, `${name}.png`);
+  await page.screenshot({ path: file });
+  log(`screenshot ${file}`);
+}
+
+const scenarios = [
+  ['ghost text appears while typing, drafts are drawn, Tab inserts exactly the suggestion', async (page) => {
+    const file = workspaceFile('ghost.py');
+    await openFile(page, 'ghost.py');
+    await waitForServerReady(page);
+    await page.keyboard.press(`${MODIFIER}+End`);
+    await recordDrafts(page);
+    const typed = 'squares = ';
+    await page.keyboard.type(typed, { delay: 30 });
+    const { ghost, nudged } = await waitForGhostText(page, { onDraft: () => shoot(page, 'draft') });
+    await shoot(page, 'ghost-text');
+    const drafts = await page.evaluate(() => window.__drafts);
+    log(`ghost text: ${JSON.stringify(ghost)}; drafts drawn: ${drafts.length}, e.g. ${JSON.stringify(drafts.at(-1))}`);
+    await page.keyboard.press('Tab');
+    await page.locator('.monaco-editor .ghost-text-decoration').first().waitFor({ state: 'detached', timeout: 10_000 });
+    await shoot(page, 'after-accept');
+    const before = SAMPLE + typed + nudged;
+    const after = await saveAndRead(page, file, SAMPLE);
+    if (!after.startsWith(before)) throw new Error(`the text before the cursor changed: ${JSON.stringify(after.slice(-80))}`);
+    const inserted = after.slice(before.length);
+    if (!inserted.replace(/\s/g, '')) throw new Error('Tab inserted nothing');
+    if (asDrawn(inserted) !== asDrawn(ghost)) {
+      throw new Error(`inserted ${JSON.stringify(inserted)} but the ghost text was ${JSON.stringify(ghost)}`);
+    }
+    if (drafts.length === 0) throw new Error('no draft was drawn while denoising');
+  }],
+
+  ['Rewrite Selection from the command palette changes only the selection', async (page) => {
+    const file = workspaceFile('rewrite.py');
+    await openFile(page, 'rewrite.py');
+    await waitForServerReady(page);
+    await rewriteAndCheck(page, file, 'rewrite-command', async () => {
+      await runCommand(page, 'DiffusionGemma: Rewrite Selection');
+    });
+  }],
+
+  ['Rewrite selection from the lightbulb (code action + resolve) changes only the selection', async (page) => {
+    const file = workspaceFile('lightbulb.py');
+    await openFile(page, 'lightbulb.py');
+    await waitForServerReady(page);
+    await rewriteAndCheck(page, file, 'rewrite-lightbulb', async () => {
+      await page.keyboard.press(`${MODIFIER}+Period`);
+      const item = page.locator('.action-widget .monaco-list-row', { hasText: 'Rewrite selection' }).first();
+      await item.waitFor();
+      await shoot(page, 'lightbulb-menu');
+      await item.click();
+    });
+  }],
+];
+
+/** Selects lines REWRITE_FIRST_LINE.. (whole lines), runs `invoke`, and checks the text around them. */
+async function rewriteAndCheck(page, file, shotName, invoke) {
+  await goToLine(page, REWRITE_FIRST_LINE);
+  await page.keyboard.press('Home');
+  await page.keyboard.press('Home'); // past the indentation: the whole line
+  for (let i = 0; i < REWRITE_LINES; i++) await page.keyboard.press('Shift+ArrowDown');
+  const lines = SAMPLE.split('\n');
+  const start = lines.slice(0, REWRITE_FIRST_LINE - 1).join('\n').length + 1;
+  const end = lines.slice(0, REWRITE_FIRST_LINE - 1 + REWRITE_LINES).join('\n').length + 1;
+  const selected = SAMPLE.slice(start, end);
+  await invoke();
+  // The server applies the edit with workspace/applyEdit: the tab turns dirty.
+  await page.locator('.tab.dirty').first().waitFor({ timeout: 60_000 });
+  await page.keyboard.press('Escape');
+  await shoot(page, shotName);
+  const after = await saveAndRead(page, file, SAMPLE);
+  const head = SAMPLE.slice(0, start);
+  const tail = SAMPLE.slice(end);
+  if (!after.startsWith(head)) throw new Error(`text before the selection changed:\n${after}`);
+  if (!after.endsWith(tail) || after.length < head.length + tail.length) {
+    throw new Error(`text after the selection changed:\n${after}`);
+  }
+  const replacement = after.slice(head.length, after.length - tail.length);
+  log(`rewrote ${JSON.stringify(selected)} -> ${JSON.stringify(replacement)}`);
+  if (replacement === selected) throw new Error('the selection was not rewritten');
+}
+
+// ---------------------------------------------------------------- main
+
+async function main() {
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  const { child, url } = await startCodeServer();
+  log(`code-server at ${url}`);
+  const browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'],
+  });
+  let passed = 0;
+  let failed = 0;
+  try {
+    const page = await openWorkbench(browser, url);
+    page.on('console', (m) => { if (m.type() === 'error') fs.appendFileSync(path.join(ARTIFACTS, 'browser-console.log'), `${m.text()}\n`); });
+    const only = process.env.E2E_ONLY; // a substring of scenario names, while developing
+    for (const [name, run] of scenarios.filter(([n]) => !only || n.includes(only))) {
+      const started = Date.now();
+      try {
+        await Promise.race([
+          run(page),
+          new Promise((_, reject) => setTimeout(() => reject(new Error('scenario timed out')), SCENARIO_TIMEOUT_MS)),
+        ]);
+        passed++;
+        console.log(`PASS ${name} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
+      } catch (error) {
+        failed++;
+        console.log(`FAIL ${name}: ${error?.message ?? error}`);
+        await shoot(page, `failure-${passed + failed}`).catch(() => {});
+      } finally {
+        // Leave a clean editor for the next scenario: close everything without saving.
+        await page.keyboard.press('Escape').catch(() => {});
+        await runCommand(page, 'View: Revert and Close Editor').catch(() => {});
+        await runCommand(page, 'View: Close All Editors').catch(() => {});
+      }
+    }
+  } catch (error) {
+    failed++;
+    console.log(`FAIL setup: ${error?.stack ?? error}`);
+  } finally {
+    await browser.close().catch(() => {});
+    stopProcessGroup(child);
+  }
+  console.log(`${passed} passed, ${failed} failed`);
+  process.exitCode = failed ? 1 : 0;
+}
+
+await main();

@@ -14,6 +14,7 @@ with a JSON-RPC error and the server keeps serving. lsprotocol types stop here.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 from typing import Any
@@ -105,6 +106,7 @@ class DGemmaServer(LanguageServer):
         self._last_status: dict[str, Any] | None = None
         self._load_progress: str | None = None
         self._load_error_shown = False
+        self._closing: asyncio.Future | None = None
 
     # -- translation helpers -------------------------------------------------------
 
@@ -374,9 +376,10 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         log.info("completion partially accepted: %s", _short(params))
 
     @server.feature(lsp.SHUTDOWN)
-    async def shutdown(ls: DGemmaServer, params: None) -> None:
+    def shutdown(ls: DGemmaServer, params: None) -> None:
+        # Synchronous on purpose: `exit` may follow at once, and must find the shutdown done.
         ls.scheduler.cancel_all()
-        await ls.engine.close()
+        ls._closing = asyncio.ensure_future(ls.engine.close())
 
     return server
 

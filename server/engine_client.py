@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 import msgspec
+
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.types import DenoiseRequest, DenoiseResult, Draft, EngineStatus
 

@@ -20,12 +20,13 @@ import uuid
 from typing import Any
 
 import cattrs
-from dgemma_lsp.engine import errors
-from dgemma_lsp.engine.types import EngineStatus
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+
+from dgemma_lsp.engine import errors
+from dgemma_lsp.engine.types import EngineStatus
 
 from .completions import Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import msgspec
+
 from dgemma_lsp.engine.types import Candidate
 
 T = TypeVar("T")

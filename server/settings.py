@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import msgspec
+
 from dgemma_lsp.engine.types import GenerationSettings
 
 SECTION = "dgemma"
@@ -32,8 +33,8 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
     """Candidates for an Invoked request (Automatic requests always get 1)."""
     steps: Annotated[int, msgspec.Meta(ge=1, le=256)] | None = None
     """Maximum denoising steps per canvas; null = the model's default."""
-    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)] = 256
-    """Upper bound on one answer's length in tokens (rounded up to whole canvases)."""
+    max_tokens: Annotated[int, msgspec.Meta(ge=1, le=4096)] | None = None
+    """Upper bound on one answer's length in tokens, rounded up to whole canvases; null: one canvas."""
     seed: int | None = None
     """Fix the noise for reproducible answers; null draws fresh noise each time."""
     debounce_ms: Annotated[int, msgspec.Meta(ge=0, le=2000)] = 25

@@ -14,6 +14,7 @@ import argparse
 
 import pytest
 import torch
+
 from dgemma_lsp.engine.quant_kernels import (
     dequantize,
     effective_group_size,

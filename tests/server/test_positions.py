@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from dgemma_lsp.server.positions import LineIndex, PositionError, choose_encoding
 from hypothesis import given
 from hypothesis import strategies as st
+
+from dgemma_lsp.server.positions import LineIndex, PositionError, choose_encoding
 
 ENCODINGS = ["utf-8", "utf-16", "utf-32"]
 # Valid text as editors send it: no lone surrogates; some line breaks of every kind.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+
 from dgemma_lsp.engine.types import Candidate
 from dgemma_lsp.server.scheduler import SUPERSEDED, CompletionCache, LatestWins
 from dgemma_lsp.server.settings import ServerSettings, decode_settings

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from dgemma_lsp.engine.context import build_context
 from dgemma_lsp.engine.planning import plan_hole
 from dgemma_lsp.engine.postprocess import finish_text

@@ -9,12 +9,13 @@
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from dgemma_lsp.engine.context import approx_token_count, build_context
 from dgemma_lsp.engine.planning import plan_hole
 from dgemma_lsp.engine.postprocess import finish_text
 from dgemma_lsp.engine.syntax_tree import SyntaxDocument
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 SEEDS = {
     "python": "import os\n\nclass A:\n    def f(self, x):\n        s = 'é'\n        return x + 1\n\n\ndef g():\n    pass\n",

@@ -72,6 +72,7 @@ def measure_mode(
 ) -> tuple[QuantFigure, object]:
     """Build, quantize and measure one mode; returns the figure and its logits (CPU) for later comparison."""
     import torch
+
     from dgemma_lsp.engine.quantization import quantize_model
 
     torch.manual_seed(SEED)
@@ -219,6 +220,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     import torch
+
     from dgemma_lsp.engine.quantization import MODES
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

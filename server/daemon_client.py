@@ -33,6 +33,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import msgspec
+
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.daemon_paths import (
     EnginePaths,
@@ -370,6 +372,8 @@ class DaemonEngineClient:
 
     async def start(self) -> None:
         if self._connecting is None and self._session is None:
+            # "loading" right away: the server decides on a progress bar as soon as start() returns.
+            self._set_status(state="loading", message="attaching to the engine daemon")
             self._connect_in_background()
 
     def status(self) -> EngineStatus:
@@ -383,10 +387,13 @@ class DaemonEngineClient:
         job_id = next(self._ids)
         done: asyncio.Future[DenoiseResult] = asyncio.get_running_loop().create_future()
         self._jobs[job_id] = (done, on_draft)
-        session.send(Submit(id=job_id, request=request))
         try:
+            if not session.alive:  # it died while we resumed: _on_closed has already failed the others
+                raise EngineUnavailableError("the engine daemon went away; restarting it")
+            session.send(Submit(id=job_id, request=request))
             return await asyncio.shield(done)
         except asyncio.CancelledError:
+            self._jobs[job_id] = (done, _ignore_draft)  # no drafts of a cancelled request reach the editor
             if not done.done() and session.alive:
                 session.send(Cancel(id=job_id))
                 # "Cancelled" means no work left running: wait for the daemon's answer (one step).
@@ -448,7 +455,10 @@ class DaemonEngineClient:
         error = task.exception()
         if error is None:
             self._session = task.result()
-            self._publish(self._session.welcome.status)
+            status = self._session.welcome.status
+            if status.state in ("idle", "unloaded"):  # we just sent Load: say so, no flicker through idle
+                status = msgspec.structs.replace(status, state="loading")
+            self._publish(status)
             return
         log.warning("cannot reach the engine daemon: %s", error)
         self._set_status(state="error", message=f"engine daemon unavailable: {error}")
@@ -512,8 +522,6 @@ class DaemonEngineClient:
     # -- status ------------------------------------------------------------------------------
 
     def _set_status(self, **changes) -> None:
-        import msgspec
-
         self._publish(msgspec.structs.replace(self._status, **changes))
 
     def _publish(self, status: EngineStatus) -> None:
@@ -525,6 +533,10 @@ class DaemonEngineClient:
                 listener(status)
             except Exception:
                 log.exception("status listener failed")
+
+
+def _ignore_draft(draft) -> None:
+    pass
 
 
 def _failure_error(failed: Failed) -> BaseException:

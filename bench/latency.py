@@ -144,17 +144,17 @@ async def measure(
     client = LanguageClient("dgemma-lsp-bench", "1")
 
     @client.feature("dgemma/draft")
-    def on_draft(_ls, params):
+    def on_draft(ls, params):
         recorder.draft(params)
 
     @client.feature("dgemma/status")
-    def on_status(_ls, params):
+    def on_status(ls, params):
         recorder.status(params)
         if recorder.state in ("ready", "error"):
             ready.set()
 
     @client.feature(lsp.WINDOW_SHOW_MESSAGE)
-    def on_message(_ls, params):
+    def on_message(ls, params):
         if progress:
             progress(f"server: {params.message}")
 

@@ -1,0 +1,18 @@
+"""The latency benchmark drives a real `dgemma-lsp --stdio` and measures every figure it reports."""
+
+from dgemma_lsp.bench import latency
+
+
+def test_a_short_typing_session_yields_every_figure():
+    report = latency.run_benchmark("tiny", keystrokes=6, steps=2, max_tokens=32)
+    assert report.keystrokes == 6
+    for figure in (report.final_ms, report.first_draft_ms, report.engine_ms,
+                   report.server_overhead_ms, report.cache_hit_ms):
+        assert figure.p50 is not None and figure.p50 <= figure.p99
+    assert report.cache_hits == 6  # the repeated request never reached the engine
+
+
+def test_the_typing_point_is_an_indented_statement():
+    text = "def f(x):\n    if x:\n        y = x + 1\n        return y\n    return 0\n"
+    line, indent = latency.typing_point(text)
+    assert text.split("\n")[line].startswith(indent) and indent == "        "

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
 from dgemma_lsp.engine.daemon_paths import RUNTIME_DIR_ENV, lock_is_held
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import pytest
 from daemon_helpers import LONG, TIMEOUT, quick, raw_hello, wait_for_status, within
+
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.daemon_paths import EnginePaths, engine_key, read_token
 from dgemma_lsp.engine.daemon_protocol import PROTOCOL_VERSION, EngineKey, Hello, Refused, Welcome

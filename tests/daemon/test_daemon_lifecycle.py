@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from daemon_helpers import dgemma, engine_status, quick, raw_hello, wait_for_status, within
+
 from dgemma_lsp.engine.daemon_paths import TRANSPORT_ENV, EnginePaths, engine_key, lock_is_held, read_token
 from dgemma_lsp.engine.daemon_protocol import PROTOCOL_VERSION, Hello, Refused, Welcome
 from dgemma_lsp.server.daemon_client import DaemonEngineClient, query_info, spawn_daemon

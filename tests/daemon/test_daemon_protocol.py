@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from dgemma_lsp.engine.daemon_protocol import (
     HEADER_BYTES,
     MAX_FRAME_BYTES,
@@ -28,8 +31,6 @@ from dgemma_lsp.engine.daemon_protocol import (
     encode_frame,
 )
 from dgemma_lsp.engine.types import DenoiseRequest, Draft, EngineStatus, GenerationSettings, InfillContext
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 REQUEST = DenoiseRequest(
     context=InfillContext(prefix="def f(x):\n    return ", suffix="\n", language="python"),

@@ -130,9 +130,10 @@ local function ghost()
 end
 
 --- Text as ghost text shows it: Neovim draws control and other unprintable characters in virtual
---- text as ^X or <xx> (tabs stay), so a random model's answer is compared in that form.
+--- text as ^X or <xx> (tabs stay), so a random model's answer is compared in that form. (A NUL
+--- is dropped here only so that strtrans can take the string: the plugin never inserts one.)
 local function display(text)
-  return (text:gsub('[^\t\n]+', vim.fn.strtrans))
+  return (text:gsub('%z', ''):gsub('[^\t\n]+', vim.fn.strtrans))
 end
 
 --- What was inserted at the ghost text's position: checks that the text before and after it is
@@ -143,7 +144,9 @@ local function inserted_piece(lines, g, now)
   local tail = line:sub(g.col + 1) .. (g.row + 1 < #lines and '\n' or '') .. table.concat(vim.list_slice(lines, g.row + 2), '\n')
   check(#now >= #head + #tail and vim.startswith(now, head) and vim.endswith(now, tail),
     'the text around the cursor changed:\n%s', now)
-  return now:sub(#head + 1, #now - #tail)
+  local piece = now:sub(#head + 1, #now - #tail)
+  check(not piece:find('%z'), 'a NUL character reached the buffer: %q', piece)
+  return piece
 end
 
 local function in_insert_mode()

@@ -70,7 +70,7 @@ function M.on_draft(_, params, ctx)
   suggestion.set(bufnr, {
     row = row,
     col = dlsp.byte_col(bufnr, row, params.position.character, client.offset_encoding),
-    text = params.text,
+    text = dlsp.sanitize(params.text),
     kind = 'draft',
     request_id = params.requestId,
   })
@@ -275,8 +275,13 @@ function M.setup(opts)
   vim.api.nvim_create_autocmd('LspAttach', {
     group = group,
     callback = function(args)
-      if M.uses_builtin() and dlsp.is_ours(args.data.client_id) then
-        vim.lsp.inline_completion.enable(true, { client_id = args.data.client_id })
+      local client = vim.lsp.get_client_by_id(args.data.client_id)
+      if not client or client.name ~= dlsp.name then
+        return
+      end
+      dlsp.sanitize_inline_results(client)
+      if M.uses_builtin() then
+        vim.lsp.inline_completion.enable(true, { client_id = client.id })
       end
     end,
   })
@@ -328,6 +333,7 @@ function M.setup(opts)
   -- A setup() after clients started (re-setup, lazy loading) enables the built-in for them too.
   if M.uses_builtin() then
     for _, client in ipairs(vim.lsp.get_clients({ name = dlsp.name })) do
+      dlsp.sanitize_inline_results(client)
       vim.lsp.inline_completion.enable(true, { client_id = client.id })
     end
   end

@@ -54,4 +54,38 @@ function M.character(bufnr, row, col, encoding)
   return ok and character or col
 end
 
+--- Text from the server as the editor can show it: Neovim ends virtual text at a NUL, so a NUL
+--- (a random or broken model can emit one) would make the ghost text shorter than what an accept
+--- inserts. Other control characters show as ^X in ghost text and in the buffer alike.
+---@param text string
+---@return string
+function M.sanitize(text)
+  return (text:gsub('%z', ''))
+end
+
+--- Sanitizes the inline completion results this client receives, whoever asked for them (the
+--- plugin or vim.lsp.inline_completion, which gives no hook between response and drawing).
+---@param client vim.lsp.Client
+function M.sanitize_inline_results(client)
+  if client.dgemma_sanitized then
+    return
+  end
+  client.dgemma_sanitized = true
+  local request = client.request
+  client.request = function(self, method, params, handler, bufnr)
+    if method == 'textDocument/inlineCompletion' and handler then
+      local inner = handler
+      handler = function(err, result, ctx)
+        for _, item in ipairs(type(result) == 'table' and (result.items or result) or {}) do
+          if type(item.insertText) == 'string' then
+            item.insertText = M.sanitize(item.insertText)
+          end
+        end
+        return inner(err, result, ctx)
+      end
+    end
+    return request(self, method, params, handler, bufnr)
+  end
+end
+
 return M

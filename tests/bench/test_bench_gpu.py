@@ -10,17 +10,26 @@ import torch
 from dgemma_lsp.bench import gpu
 
 
-def test_tiny_scale_runs_eager_and_compiled_paths_and_reports_every_figure():
+def test_tiny_scale_eager_reports_every_figure_for_each_prompt_and_batch():
     scale = msgspec.structs.replace(gpu.TINY, prompts=(32, 96), candidates=(2,), steps=2, autoregressive_tokens=4)
-    report = gpu.run_benchmark(scale, "cpu", "float32", compiled=True)
+    report = gpu.run_benchmark(scale, "cpu", "float32", compiled=False)
     assert {(f.mode, f.prompt_tokens, f.candidates) for f in report.diffusion} == {
-        (mode, prompt, batch) for mode in ("eager", "compiled") for prompt in (32, 96) for batch in (1, 2)
+        ("eager", prompt, batch) for prompt in (32, 96) for batch in (1, 2)
     }
     assert all(f.ms_per_step > 0 and f.ms_per_canvas > 0 and f.steps == 2 for f in report.diffusion)
-    assert [f.mode for f in report.autoregressive] == ["eager", "compiled"]
-    assert all(f.new_tokens == 4 and f.tokens_per_s > 0 for f in report.autoregressive)
-    assert set(report.speedup_vs_autoregressive) == {"eager", "compiled"}
+    assert [(f.mode, f.new_tokens) for f in report.autoregressive] == [("eager", 4)]
+    assert set(report.speedup_vs_autoregressive) == {"eager"}
     assert "anchors" in gpu.format_table(report)
+
+
+def test_tiny_scale_compiled_path_runs_static_cache_and_torch_compile():
+    # Batch 1 only: each batch size is one more compilation (~30 s on this machine).
+    scale = msgspec.structs.replace(gpu.TINY, prompts=(32, 96), candidates=(), steps=2, autoregressive_tokens=4)
+    report = gpu.run_benchmark(scale, "cpu", "float32", compiled=True)
+    compiled = [f for f in report.diffusion if f.mode == "compiled"]
+    assert [f.prompt_tokens for f in compiled] == [32, 96]
+    assert [f.mode for f in report.autoregressive] == ["eager", "compiled"]
+    assert set(report.speedup_vs_autoregressive) == {"eager", "compiled"}
 
 
 def test_full_size_configs_describe_the_26b_architecture():

@@ -85,7 +85,7 @@ def build_client() -> DemoClient:
 
 async def demo(model: str, steps: int) -> int:
     client = build_client()
-    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", model]
+    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", model, "--engine", "inprocess"]
     say(f"starting: {' '.join(command[2:])}")
     await client.start_io(*command)
     caps = lsp.ClientCapabilities(

@@ -17,18 +17,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stdio", action="store_true", help="serve LSP over stdin/stdout (the default)")
     parser.add_argument("--tcp", default=None, metavar="HOST:PORT", help="serve LSP over TCP instead")
     parser.add_argument(
-        "--engine", default="inprocess", choices=["auto", "inprocess", "daemon"],
-        help="where the model runs: in this process, or a resident daemon (auto: daemon when available)",
+        "--engine", default="auto", choices=["auto", "inprocess", "daemon"],
+        help="where the model runs: the user's resident engine daemon, started when absent "
+             "(auto, daemon), or in this process (inprocess)",
+    )
+    parser.add_argument(
+        "--idle-unload", type=float, default=900.0, metavar="SECONDS",
+        help="a daemon this server starts unloads the model after this long without work (0: never)",
     )
 
 
 def make_engine_client(args: argparse.Namespace):
-    """The EngineClient for --engine. `auto` is in-process until the daemon client lands."""
-    if args.engine == "daemon":
-        try:
-            from .daemon_client import DaemonEngineClient  # type: ignore[import-not-found]
-        except ImportError:
-            raise SystemExit("dgemma-lsp: --engine daemon is not available in this build") from None
+    """The EngineClient for --engine: `auto` and `daemon` attach to the resident daemon, starting it when absent."""
+    if args.engine in ("auto", "daemon"):
+        from .daemon_client import DaemonEngineClient
+
         return DaemonEngineClient.from_args(args)
     from dgemma_lsp.engine.service import InfillService
 

@@ -30,7 +30,7 @@ FAST = {"steps": 2, "maxTokens": 32, "seed": 7, "earlyStop": False, "debounceMs"
 
 
 def server_command(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", "tiny", *extra]
+    return [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", "tiny", "--engine", "inprocess", *extra]
 
 
 def recording_client() -> LanguageClient:

@@ -1,0 +1,31 @@
+"""Session-wide safety net: no test touches the user's real engine daemon.
+
+Every `dgemma-lsp --stdio` started by a test (directly or by an editor under
+test) inherits a private runtime dir, so a daemon it spawns lives there and is
+killed when the session ends. Tests that need their own dir (tests/daemon/)
+override the variable per test.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+from pathlib import Path
+
+from dgemma_lsp.engine.daemon_paths import RUNTIME_DIR_ENV, lock_is_held
+
+# Set at import, before any test starts a subprocess. A short path: AF_UNIX paths must stay < ~100 bytes.
+_RUNTIME_DIR = Path(tempfile.mkdtemp(prefix="dgt-", dir="/tmp"))
+os.environ[RUNTIME_DIR_ENV] = str(_RUNTIME_DIR)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    for pid_file in _RUNTIME_DIR.glob("*.pid"):
+        if lock_is_held(pid_file):
+            try:
+                os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+            except (ValueError, IndexError, ProcessLookupError):
+                pass
+    shutil.rmtree(_RUNTIME_DIR, ignore_errors=True)

@@ -33,7 +33,8 @@ def _server_command() -> list[str]:
     script = Path(sys.executable).with_name("dgemma-lsp")
     executable = str(script) if script.exists() else shutil.which("dgemma-lsp")
     assert executable, "dgemma-lsp is not installed (make test installs it into .venv)"
-    return [executable, "--stdio", "--model", "tiny"]
+    # In-process engine: the test owns the model's lifetime (no resident daemon outlives it).
+    return [executable, "--stdio", "--model", "tiny", "--engine", "inprocess"]
 
 
 @pytest.mark.parametrize("version", ["0.11", "0.12"])

@@ -96,7 +96,7 @@ export VIMRUNTIME="\$here/usr/share/nvim/runtime"
 exec "\$here/$loader" --library-path "\$here/usr/lib/x86_64-linux-gnu:\$here/lib/x86_64-linux-gnu" "\$here/usr/bin/nvim" "\$@"
 WRAP
   chmod +x "$wrapper"
-  rm -rf "$apt/debs" "$apt/cache"
+  rm -rf "$apt"  # lists and .debs: 30 MB nobody needs once unpacked
   "$wrapper" --version | head -1 >&2
 }
 

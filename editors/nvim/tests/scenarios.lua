@@ -316,6 +316,12 @@ scenarios[#scenarios + 1] = { 'dismiss', function()
   wait_for('the ghost text to go', function() return ghost() == nil end)
   check(buffer_text() == before, 'dismiss changed the buffer')
   check(in_insert_mode(), 'left insert mode')
+  -- With nothing to accept, <Tab> does what it always did: indent.
+  local lines = api.nvim_buf_get_lines(0, 0, -1, false)
+  local cursor = api.nvim_win_get_cursor(0)
+  type_keys('<Tab>')
+  local piece = inserted_piece(lines, { row = cursor[1] - 1, col = cursor[2] }, changed_from(before))
+  check(piece:match('^[ \t]+$'), '<Tab> without a suggestion inserted %q', piece)
 end }
 
 scenarios[#scenarios + 1] = { 'non_ascii_line', function()

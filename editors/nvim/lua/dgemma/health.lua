@@ -57,8 +57,9 @@ function M.check()
     elseif status.state == 'error' then
       health.error(('model %s: %s'):format(tostring(status.model), tostring(status.message)))
     else
-      health.ok(('model %s on %s: %s%s'):format(tostring(status.model), tostring(status.device),
-        tostring(status.state), status.message and (' (' .. status.message .. ')') or ''))
+      local device = (status.device or '') ~= '' and (' on ' .. status.device) or ''
+      local message = (status.message or '') ~= '' and (' (' .. status.message .. ')') or ''
+      health.ok(('model %s%s: %s%s'):format(tostring(status.model), device, tostring(status.state), message))
     end
   end
 end

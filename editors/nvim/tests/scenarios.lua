@@ -1,7 +1,8 @@
 --- Headless end-to-end scenarios of the dgemma plugin against the real server (tiny model).
 --- Run: nvim --headless -u NONE -i NONE -c 'luafile editors/nvim/tests/scenarios.lua'
 --- Environment: DGEMMA_NVIM_CMD (JSON list: the server command), DGEMMA_NVIM_WORKDIR (a scratch
---- folder), DGEMMA_NVIM_TIMEOUT_S (global timeout, default 240), DGEMMA_NVIM_ONLY (one scenario).
+--- folder), DGEMMA_NVIM_TIMEOUT_S (global timeout, default 240), DGEMMA_NVIM_ONLY (one scenario),
+--- DGEMMA_NVIM_BUILTIN=0 (0.12 without vim.lsp.inline_completion).
 --- Keys are typed with nvim_input, so mappings, autocmds and insert mode behave as for a user. The
 --- tiny model writes random text: the checks are about behaviour (ghost text appears and changes,
 --- the buffer equals before + accepted part + after), never about wording.
@@ -18,6 +19,8 @@ local cmd = vim.json.decode((assert(os.getenv('DGEMMA_NVIM_CMD'), 'DGEMMA_NVIM_C
 local workdir = (assert(os.getenv('DGEMMA_NVIM_WORKDIR'), 'DGEMMA_NVIM_WORKDIR is not set'))
 local timeout_s = tonumber(os.getenv('DGEMMA_NVIM_TIMEOUT_S') or '240')
 local only = os.getenv('DGEMMA_NVIM_ONLY')
+-- DGEMMA_NVIM_BUILTIN=0 runs 0.12 on the plugin's own request path (builtin_inline_completion = false).
+local use_builtin = vim.lsp.inline_completion ~= nil and os.getenv('DGEMMA_NVIM_BUILTIN') ~= '0'
 if only == '' then
   only = nil
 end
@@ -161,7 +164,7 @@ end
 --- the built-in's on 0.12, the plugin's own on 0.11. A random model sometimes offers nothing at a
 --- spot: then one more character is typed, a few times.
 local function suggestion_with_retries(keys)
-  local builtin = vim.lsp.inline_completion ~= nil
+  local builtin = use_builtin
   for attempt = 1, 5 do
     type_keys('<Esc>')
     wait_for('normal mode', function() return api.nvim_get_mode().mode == 'n' end)
@@ -208,6 +211,7 @@ scenarios[#scenarios + 1] = { 'setup_attaches', function()
     cmd = cmd,
     filetypes = { 'python' },
     settings = { drafts = true, steps = 8, maxTokens = 32 },
+    builtin_inline_completion = use_builtin,
   })
   vim.cmd.edit(vim.fn.fnameescape(workdir .. '/sample.py'))
   check(vim.bo.filetype == 'python', 'filetype is %s', vim.bo.filetype)

@@ -30,6 +30,8 @@ from .prompting import PromptBuilder, PromptIds
 from .types import DenoiseRequest, DenoiseResult, Draft, GenerationSettings, RawCandidate, Timings
 
 MAX_CANDIDATES = 16
+CONTROL_CHARACTERS = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+"""C0 controls but tab/newline/CR: never code, and editors draw them badly (Neovim cuts virtual text at NUL)."""
 DISABLED_EARLY_STOP = 1e-9
 """confidence_threshold that no canvas meets: None silently becomes 0.005 and 0.0 crashes (REFERENCE.md)."""
 
@@ -250,7 +252,8 @@ class DenoisingRuntime:
 
     def _decode_answer(self, ids: list[int]) -> str:
         ids = ids[: self._answer_length(ids)]
-        return self.tokenizer.decode([t for t in ids if t != self.pad_id], skip_special_tokens=True)
+        text = self.tokenizer.decode([t for t in ids if t != self.pad_id], skip_special_tokens=True)
+        return text.translate(CONTROL_CHARACTERS)
 
     def _candidate(self, ids: list[int], confidences: torch.Tensor) -> RawCandidate:
         length = self._answer_length(ids)

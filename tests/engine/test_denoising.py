@@ -73,6 +73,13 @@ def test_answers_longer_than_a_canvas_take_more_canvases(runtime):
     assert result.candidates[0].tokens > canvas
 
 
+def test_answers_and_drafts_carry_no_control_characters(runtime):
+    drafts = []
+    result = runtime.run(request(candidates=8, seed=21), on_draft=drafts.append)
+    texts = [candidate.text for candidate in result.candidates] + [draft.text for draft in drafts]
+    assert not [text for text in texts if any(ord(c) < 32 and c not in "\t\n\r" for c in text)]
+
+
 def test_batched_candidates_come_from_one_call(runtime):
     result = runtime.run(request(candidates=4))
     assert len(result.candidates) == 4

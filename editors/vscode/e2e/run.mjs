@@ -7,6 +7,7 @@
 // what was shown, a rewrite touches only the selection), never about wording.
 // Prints PASS/FAIL per scenario and a closing `N passed, M failed`; exits 1 on
 // any failure. Screenshots and logs go to $E2E_ARTIFACTS.
+import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -64,8 +65,14 @@ async function startCodeServer() {
   throw new Error('code-server did not answer within 60 s');
 }
 
-function stopProcessGroup(child) {
-  try { process.kill(-child.pid, 'SIGTERM'); } catch { /* already gone */ }
+/** code-server keeps its extension host (and the language server under it) around for a while after SIGTERM. */
+async function stopProcessGroup(child) {
+  const signal = (name) => { try { process.kill(-child.pid, name); } catch { /* already gone */ } };
+  signal('SIGTERM');
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  await Promise.race([exited, new Promise((resolve) => setTimeout(resolve, 3_000))]);
+  signal('SIGKILL');
+  child.unref();
 }
 
 // ---------------------------------------------------------------- workbench helpers
@@ -76,6 +83,9 @@ async function openWorkbench(browser, url) {
   await page.goto(`${url}/?folder=${encodeURIComponent(WORKSPACE)}`);
   await page.locator('.monaco-workbench').waitFor();
   await page.locator('.statusbar').waitFor();
+  // Only the editor and the status bar matter here (and in the screenshots).
+  await runCommand(page, 'View: Close Primary Side Bar').catch(() => {});
+  await runCommand(page, 'View: Close Secondary Side Bar').catch(() => {});
   return page;
 }
 
@@ -218,10 +228,16 @@ def variance(values):
 const REWRITE_FIRST_LINE = 6;
 const REWRITE_LINES = 2;
 
+const SCENARIO_FILES = ['ghost.py', 'rewrite.py', 'lightbulb.py'];
+
+/** Written before code-server starts: quick open caches its file list, so files made later may not show. */
+function writeWorkspaceFiles() {
+  for (const name of SCENARIO_FILES) fs.writeFileSync(path.join(WORKSPACE, name), SAMPLE);
+}
+
 function workspaceFile(name) {
-  const file = path.join(WORKSPACE, name);
-  fs.writeFileSync(file, SAMPLE);
-  return file;
+  assert(SCENARIO_FILES.includes(name), `${name} is not among the files written at start`);
+  return path.join(WORKSPACE, name);
 }
 
 async function shoot(page, name) {
@@ -241,10 +257,13 @@ const scenarios = [
     await page.keyboard.type(typed, { delay: 30 });
     const { ghost, nudged } = await waitForGhostText(page, { onDraft: () => shoot(page, 'draft') });
     await shoot(page, 'ghost-text');
+    await page.locator('.editor-group-container').first().screenshot({ path: path.join(ARTIFACTS, 'ghost-text-editor.png') });
     const drafts = await page.evaluate(() => window.__drafts);
     log(`ghost text: ${JSON.stringify(ghost)}; drafts drawn: ${drafts.length}, e.g. ${JSON.stringify(drafts.at(-1))}`);
     await page.keyboard.press('Tab');
-    await page.locator('.monaco-editor .ghost-text-decoration').first().waitFor({ state: 'detached', timeout: 10_000 });
+    // A newer suggestion may show right after the accept: this wait is for the screenshot only.
+    await page.locator('.monaco-editor .ghost-text-decoration').first()
+      .waitFor({ state: 'detached', timeout: 5_000 }).catch(() => {});
     await shoot(page, 'after-accept');
     const before = SAMPLE + typed + nudged;
     const after = await saveAndRead(page, file, SAMPLE);
@@ -311,6 +330,7 @@ async function rewriteAndCheck(page, file, shotName, invoke) {
 
 async function main() {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
+  writeWorkspaceFiles();
   const { child, url } = await startCodeServer();
   log(`code-server at ${url}`);
   const browser = await chromium.launch({
@@ -328,9 +348,12 @@ async function main() {
     for (const [name, run] of scenarios.filter(([n]) => !only || n.includes(only))) {
       const started = Date.now();
       try {
+        let timer;
         await Promise.race([
-          run(page),
-          new Promise((_, reject) => setTimeout(() => reject(new Error('scenario timed out')), SCENARIO_TIMEOUT_MS)),
+          run(page).finally(() => clearTimeout(timer)),
+          new Promise((_, reject) => {
+            timer = setTimeout(() => reject(new Error('scenario timed out')), SCENARIO_TIMEOUT_MS);
+          }),
         ]);
         passed++;
         console.log(`PASS ${name} (${((Date.now() - started) / 1000).toFixed(1)} s)`);
@@ -349,8 +372,11 @@ async function main() {
     failed++;
     console.log(`FAIL setup: ${error?.stack ?? error}`);
   } finally {
+    log('closing the browser');
     await browser.close().catch(() => {});
-    stopProcessGroup(child);
+    log('stopping code-server');
+    await stopProcessGroup(child);
+    log('stopped');
   }
   console.log(`${passed} passed, ${failed} failed`);
   process.exitCode = failed ? 1 : 0;

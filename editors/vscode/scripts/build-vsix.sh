@@ -19,5 +19,5 @@ fi
 npx --no-install tsc -p . --noEmit
 npm run --silent bundle
 rm -f dgemma-lsp.vsix
-npx --no-install vsce package --no-dependencies --skip-license --out dgemma-lsp.vsix >&2
+npm run --silent package >&2
 echo "$HERE/dgemma-lsp.vsix"

@@ -17,8 +17,11 @@ started=$(date +%s)
 fail() { echo "e2e: $*" >&2; echo "0 passed, 1 failed"; exit 1; }
 [[ -x "$SERVER" ]] || fail "no server at $SERVER (run make first, or set DGEMMA_LSP)"
 
+phase() { echo "e2e: $1 ($(( $(date +%s) - started )) s)" >&2; }
 bash "$HERE/scripts/install-code-server.sh" || fail "installing code-server/chromium failed"
+phase "tools ready"
 VSIX="$(bash "$HERE/scripts/build-vsix.sh" | tail -1)" || fail "building the .vsix failed"
+phase "built $VSIX"
 NODE_BIN="$(bash "$HERE/scripts/install-node.sh")"
 export PATH="$NODE_BIN:$PATH"
 CODE_SERVER="$ROOT/.tools/code-server/node_modules/.bin/code-server"
@@ -63,6 +66,7 @@ cat > "$RUN_DIR/user-data/User/settings.json" <<JSON
 }
 JSON
 
+phase "extension installed"
 status=0
 E2E_CODE_SERVER="$CODE_SERVER" E2E_RUN_DIR="$RUN_DIR" E2E_ARTIFACTS="$ARTIFACTS" \
   node "$HERE/e2e/run.mjs" || status=$?

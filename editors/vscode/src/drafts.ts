@@ -31,8 +31,8 @@ export class DraftRenderer implements vscode.Disposable {
     },
     rangeBehavior: vscode.DecorationRangeBehavior.ClosedClosed,
   });
-  /** uri -> "version:line:character" of the inline-completion request in flight. */
-  private readonly inFlight = new Map<string, string>();
+  /** "uri version:line:character" -> inline-completion requests in flight there (VS Code may overlap them). */
+  private readonly inFlight = new Map<string, number>();
   private readonly drawnIn = new Set<vscode.TextEditor>();
   private readonly subscriptions: vscode.Disposable[];
 
@@ -44,20 +44,26 @@ export class DraftRenderer implements vscode.Disposable {
   }
 
   /** An inline-completion request starts: its drafts may be drawn. */
-  begin(document: vscode.TextDocument, position: vscode.Position): void {
-    this.clear(document.uri.toString());
-    this.inFlight.set(document.uri.toString(), key(document.version, position.line, position.character));
+  begin(document: vscode.TextDocument, position: vscode.Position): string {
+    const id = key(document.uri.toString(), document.version, position.line, position.character);
+    this.inFlight.set(id, (this.inFlight.get(id) ?? 0) + 1);
+    return id;
   }
 
-  /** The request ended (answered, cancelled or failed): its drafts go away. */
-  end(document: vscode.TextDocument): void {
-    this.inFlight.delete(document.uri.toString());
+  /** The request `begin` returned `id` for ended (answered, cancelled or failed): its drafts go away. */
+  end(document: vscode.TextDocument, id: string): void {
+    const left = (this.inFlight.get(id) ?? 1) - 1;
+    if (left > 0) {
+      this.inFlight.set(id, left);
+      return;
+    }
+    this.inFlight.delete(id);
     this.clear(document.uri.toString());
   }
 
   show(draft: DraftParams): void {
     const { line, character } = draft.position;
-    if (this.inFlight.get(draft.uri) !== key(draft.version, line, character)) return;
+    if (!this.inFlight.has(key(draft.uri, draft.version, line, character))) return;
     const editor = vscode.window.visibleTextEditors.find(
       (e) => e.document.uri.toString() === draft.uri && e.document.version === draft.version,
     );
@@ -92,8 +98,8 @@ export class DraftRenderer implements vscode.Disposable {
   }
 }
 
-function key(version: number, line: number, character: number): string {
-  return `${version}:${line}:${character}`;
+function key(uri: string, version: number, line: number, character: number): string {
+  return `${uri} ${version}:${line}:${character}`;
 }
 
 /** Line breaks become ⏎ and spaces stay visible (an `after` decoration collapses nothing, but trims nothing either). */

@@ -69,11 +69,11 @@ async function start(output: vscode.LogOutputChannel, status: StatusItem, drafts
     outputChannel: output,
     middleware: {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
-        drafts.begin(document, position);
+        const id = drafts.begin(document, position);
         try {
           return await next(document, position, context, token);
         } finally {
-          drafts.end(document);
+          drafts.end(document, id);
         }
       },
       handleWorkDoneProgress: (token, params, next) => {

@@ -257,7 +257,12 @@ const scenarios = [
     await page.keyboard.type(typed, { delay: 30 });
     const { ghost, nudged } = await waitForGhostText(page, { onDraft: () => shoot(page, 'draft') });
     await shoot(page, 'ghost-text');
-    await page.locator('.editor-group-container').first().screenshot({ path: path.join(ARTIFACTS, 'ghost-text-editor.png') });
+    // The editor alone, cut below the code: the README's picture (docs/images/vscode-ghost-text.png).
+    const box = await page.locator('.editor-group-container').first().boundingBox();
+    await page.screenshot({
+      path: path.join(ARTIFACTS, 'ghost-text-editor.png'),
+      clip: { x: box.x, y: box.y, width: Math.min(box.width, 980), height: Math.min(box.height, 370) },
+    });
     const drafts = await page.evaluate(() => window.__drafts);
     log(`ghost text: ${JSON.stringify(ghost)}; drafts drawn: ${drafts.length}, e.g. ${JSON.stringify(drafts.at(-1))}`);
     await page.keyboard.press('Tab');

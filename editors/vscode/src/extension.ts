@@ -51,14 +51,13 @@ async function start(output: vscode.LogOutputChannel, status: StatusItem, drafts
     const configured = vscode.workspace.getConfiguration('dgemma').get<string>('server.path');
     status.stopped('dgemma-lsp not found');
     output.error(`cannot find the language server '${configured}' on PATH or in a workspace .venv/bin`);
-    const choice = await vscode.window.showErrorMessage(
+    // Not awaited: activation must not wait for the user to dismiss the message.
+    void vscode.window.showErrorMessage(
       `DiffusionGemma: cannot find the language server '${configured}'. Install dgemma-lsp ` +
       '(see the README, section "VS Code") or set "dgemma.server.path" to its full path.',
       'Open Settings',
-    );
-    if (choice === 'Open Settings') {
-      await vscode.commands.executeCommand('workbench.action.openSettings', 'dgemma.server');
-    }
+    ).then((choice) => choice === 'Open Settings'
+      && vscode.commands.executeCommand('workbench.action.openSettings', 'dgemma.server'));
     return;
   }
   output.info(`starting ${launch.command} ${launch.args.join(' ')}`);

@@ -24,6 +24,7 @@ from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
 
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.types import EngineStatus
@@ -84,6 +85,27 @@ class DGemmaProtocol(LanguageServerProtocol):
         if message is _ANSWERED:
             return
         super().handle_message(message)
+
+    # Open documents live in DocumentStore, each with its syntax tree. pygls' built-in
+    # sync would keep a second copy in its Workspace, applying every keystroke twice, and
+    # raises KeyError (shown to the user as "Error in server") on a change or close for a
+    # document it does not hold. These overrides only hand the notification to our handlers.
+
+    @lsp_method(lsp.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: lsp.DidOpenTextDocumentParams):
+        yield from self._user_handler(lsp.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(lsp.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: lsp.DidChangeTextDocumentParams):
+        yield from self._user_handler(lsp.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(lsp.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: lsp.DidCloseTextDocumentParams):
+        yield from self._user_handler(lsp.TEXT_DOCUMENT_DID_CLOSE, params)
+
+    def _user_handler(self, method: str, params):
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
 
 
 def _decode_problem(cause: BaseException | None) -> str:

@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo test e2e bench lint vsix tools clean
+.PHONY: help demo test e2e bench bench-gpu lint vsix tools clean
 
 help:  ## list the commands
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -34,6 +34,10 @@ vsix:  ## build the VS Code extension package
 
 bench: $(STAMP)  ## CPU benchmarks: editor latency, keystroke work, HumanEval smoke
 	$(PY) -m dgemma_lsp.bench.cli all
+
+bench-gpu: $(STAMP)  ## GPU benchmarks: full-size DiffusionGemma vs autoregressive Gemma 4, and each quantization mode (needs CUDA)
+	$(VENV)/bin/dgemma-lsp bench gpu
+	$(VENV)/bin/dgemma-lsp bench quant
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check server engine bench tests examples

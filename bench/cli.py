@@ -22,6 +22,7 @@ BENCHMARKS = {
     "latency": ("dgemma_lsp.bench.latency", "keystrokes through `dgemma-lsp --stdio`: first draft, final, cache hit, overhead"),
     "gpu": ("dgemma_lsp.bench.gpu", "the 26B-A4B architecture on CUDA (random weights) vs autoregressive Gemma 4"),
     "humaneval": ("dgemma_lsp.bench.humaneval", "pass@1 on HumanEval-Infilling through the server's pipeline"),
+    "quant": ("dgemma_lsp.bench.quant_gpu", "per --quantization mode: resident memory, logits error, ms per step vs floor and bf16"),
     "syntax": ("dgemma_lsp.bench.syntax_bench", "per-keystroke syntax work (incremental parse, plan, context)"),
 }
 

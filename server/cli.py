@@ -17,6 +17,8 @@ import importlib
 import logging
 import sys
 
+from dgemma_lsp.engine.model_loading import DEFAULT_MODEL_ID
+
 SUBCOMMANDS = {
     "complete": ("dgemma_lsp.server.oneshot", "complete", "infill at FILE:LINE:COL (1-based)"),
     "rewrite": ("dgemma_lsp.server.oneshot", "rewrite", "rewrite FILE:L:C-L:C (1-based)"),
@@ -27,7 +29,10 @@ SUBCOMMANDS = {
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="tiny", help="'tiny', a local folder, or a Hugging Face id")
+    parser.add_argument(
+        "--model", default=DEFAULT_MODEL_ID,
+        help=f"a Hugging Face id (default {DEFAULT_MODEL_ID}), a local folder, or 'tiny' (built-in test model)",
+    )
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present, else cpu)")
     parser.add_argument("--dtype", default=None, choices=["bfloat16", "float16", "float32"])
     parser.add_argument(

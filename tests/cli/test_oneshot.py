@@ -13,7 +13,7 @@ EXAMPLE = "import math\n\n\ndef area(radius):\n    return \n\n\nprint(area(2.0))
 
 def dgemma(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "dgemma_lsp.server.cli", *args],
+        [sys.executable, "-m", "dgemma_lsp.server.cli", *args, *([] if "--model" in args else ["--model", "tiny"])],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
 

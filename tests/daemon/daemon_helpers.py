@@ -69,7 +69,7 @@ async def raw_hello(paths, hello: Hello):
 def dgemma(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
     """Run the real CLI with this process's environment (and so its runtime dir)."""
     return subprocess.run(
-        [sys.executable, "-m", "dgemma_lsp.server.cli", *args],
+        [sys.executable, "-m", "dgemma_lsp.server.cli", *args, *([] if "--model" in args else ["--model", "tiny"])],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
 

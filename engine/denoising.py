@@ -112,6 +112,8 @@ class DenoisingRuntime:
         self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos])
         self.pad_id: int = config.pad_token_id if config.pad_token_id is not None else tokenizer.pad_token_id
         self.default_steps: int = config.max_denoising_steps or 48
+        self.memory_bytes: int = _resident_bytes(model)
+        """Bytes of the model's parameters and buffers; fixed once loaded (status reads it often)."""
 
     @classmethod
     def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False):
@@ -123,13 +125,6 @@ class DenoisingRuntime:
     @property
     def device_name(self) -> str:
         return str(self.device)
-
-    @property
-    def memory_bytes(self) -> int:
-        storages = {}
-        for tensor in list(self.model.parameters()) + list(self.model.buffers()):
-            storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
-        return sum(storages.values())
 
     def close(self) -> None:
         self.prompt_cache.clear()
@@ -268,6 +263,13 @@ class DenoisingRuntime:
     def _default_entropy_bound(self) -> float:
         sampler = self.model.generation_config.sampler_config
         return getattr(sampler, "entropy_bound", None) or 0.1
+
+
+def _resident_bytes(model) -> int:
+    storages = {}  # tied weights share a storage: count each once
+    for tensor in list(model.parameters()) + list(model.buffers()):
+        storages[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+    return sum(storages.values())
 
 
 def _temperature_overrides(settings: GenerationSettings) -> dict:

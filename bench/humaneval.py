@@ -104,8 +104,8 @@ class EngineInfiller:
     def __init__(
         self, model: str, *, device=None, dtype=None, steps=None, candidates=1, seed=0, max_tokens=256
     ) -> None:
-        from dgemma_lsp.engine.service import InfillService
-        from dgemma_lsp.engine.types import GenerationSettings
+        from dgemma_lsp.engine.api import GenerationSettings
+        from dgemma_lsp.engine.runtime.service import InfillService
 
         self.service = InfillService(model, device=device, dtype=dtype)
         self.settings = GenerationSettings(
@@ -114,8 +114,8 @@ class EngineInfiller:
         self.service.load()
 
     def __call__(self, problem: Problem) -> tuple[str, int, float]:
-        from dgemma_lsp.engine.completion import finish_candidates, prepare_infill
-        from dgemma_lsp.engine.syntax_tree import SyntaxDocument
+        from dgemma_lsp.engine.syntax.document import SyntaxDocument
+        from dgemma_lsp.engine.syntax.infill import finish_candidates, prepare_infill
 
         started = time.perf_counter()
         doc = SyntaxDocument(problem.prompt + problem.suffix, "python")

@@ -73,7 +73,7 @@ def measure_mode(
     """Build, quantize and measure one mode; returns the figure and its logits (CPU) for later comparison."""
     import torch
 
-    from dgemma_lsp.engine.quantization import quantize_model
+    from dgemma_lsp.engine.runtime.quantization import quantize_model
 
     torch.manual_seed(SEED)
     model = build_random(_model_class(), config, device, dtype)
@@ -202,7 +202,7 @@ def format_table(report: QuantReport) -> str:
 
 
 def add_arguments(parser) -> None:
-    from dgemma_lsp.engine.quantization import DEFAULT_GROUP_SIZE, MODES
+    from dgemma_lsp.engine.runtime.quantization import DEFAULT_GROUP_SIZE, MODES
 
     parser.add_argument(
         "--scale",
@@ -221,7 +221,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import torch
 
-    from dgemma_lsp.engine.quantization import MODES
+    from dgemma_lsp.engine.runtime.quantization import MODES
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]

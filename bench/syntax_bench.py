@@ -19,11 +19,11 @@ import statistics
 import sys
 import time
 
-from dgemma_lsp.engine.context import build_context
-from dgemma_lsp.engine.languages import LANGUAGES
-from dgemma_lsp.engine.planning import plan_hole
-from dgemma_lsp.engine.postprocess import finish_text
-from dgemma_lsp.engine.syntax_tree import SyntaxDocument
+from dgemma_lsp.engine.syntax.context import build_context
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.languages import LANGUAGES
+from dgemma_lsp.engine.syntax.planning import plan_hole
+from dgemma_lsp.engine.syntax.postprocess import finish_text
 
 # One function per language, formatted with {i}; each is ~10 lines. Line 0 of the body
 # (the one containing `TYPE_HERE`) is where the typing happens, in the middle of the file.

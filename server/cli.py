@@ -17,7 +17,7 @@ import importlib
 import logging
 import sys
 
-from dgemma_lsp.engine.model_loading import DEFAULT_MODEL_ID
+from dgemma_lsp.engine.runtime.loading import DEFAULT_MODEL_ID
 
 SUBCOMMANDS = {
     "complete": ("dgemma_lsp.server.oneshot", "complete", "infill at FILE:LINE:COL (1-based)"),

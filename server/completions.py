@@ -19,18 +19,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dgemma_lsp.engine import errors
-from dgemma_lsp.engine.completion import (
+from dgemma_lsp.engine.api import Draft
+from dgemma_lsp.engine.client import EngineClient, EngineUnavailableError
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.infill import (
     finish_candidates,
     finish_draft,
     finish_rewrite,
     prepare_infill,
     prepare_rewrite,
 )
-from dgemma_lsp.engine.syntax_tree import SyntaxDocument
-from dgemma_lsp.engine.types import Draft
 
 from .documents import OpenDocument
-from .engine_client import EngineClient, EngineUnavailableError
 from .scheduler import CompletionCache, LatestWins, Superseded
 from .settings import ServerSettings
 

@@ -20,9 +20,7 @@ import json
 import sys
 
 from dgemma_lsp.engine import errors
-from dgemma_lsp.engine.daemon_paths import EnginePaths, default_transport, engine_key
-
-from .daemon_client import (
+from dgemma_lsp.engine.daemon.client import (
     DEFAULT_IDLE_UNLOAD_S,
     DaemonNotRunningError,
     query_info,
@@ -30,6 +28,7 @@ from .daemon_client import (
     send_load,
     spawn_daemon,
 )
+from dgemma_lsp.engine.daemon.paths import EnginePaths, default_transport, engine_key
 
 NOT_RUNNING = 3
 
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     except PermissionError as error:
         return _fail(str(error))
     if args.action == "serve":
-        from dgemma_lsp.engine.daemon import run_daemon
+        from dgemma_lsp.engine.daemon.host import run_daemon
 
         return run_daemon(key, paths, idle_unload=args.idle_unload or None, transport=default_transport(),
                           ready_fd=args.ready_fd)

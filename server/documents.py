@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from dgemma_lsp.engine.syntax_tree import SyntaxDocument
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
 
 from .positions import Encoding, LineIndex, PositionError
 

@@ -27,11 +27,11 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from dgemma_lsp.engine import errors
-from dgemma_lsp.engine.types import EngineStatus
+from dgemma_lsp.engine.api import EngineStatus
+from dgemma_lsp.engine.client import EngineClient
 
 from .completions import Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
-from .engine_client import EngineClient
 from .positions import LineIndex, PositionError
 from .scheduler import CompletionCache, LatestWins, Superseded
 from .settings import SECTION, ServerSettings, decode_settings

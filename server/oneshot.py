@@ -16,11 +16,11 @@ from pathlib import Path
 
 import msgspec
 
-from dgemma_lsp.engine.completion import finish_candidates, finish_rewrite, prepare_infill, prepare_rewrite
+from dgemma_lsp.engine.api import GenerationSettings
 from dgemma_lsp.engine.errors import EngineError
-from dgemma_lsp.engine.languages import language_for_path
-from dgemma_lsp.engine.syntax_tree import SyntaxDocument
-from dgemma_lsp.engine.types import GenerationSettings
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.infill import finish_candidates, finish_rewrite, prepare_infill, prepare_rewrite
+from dgemma_lsp.engine.syntax.languages import language_for_path
 
 LARGE_FILE_CHARS = 1_000_000
 """Past this, only a window around the cursor is parsed: the prompt never needs more."""
@@ -70,7 +70,7 @@ def run_rewrite(args: argparse.Namespace) -> int:
 
 
 def run_fetch_model(args: argparse.Namespace) -> int:
-    from dgemma_lsp.engine.model_loading import DEFAULT_MODEL_ID, fetch_model
+    from dgemma_lsp.engine.runtime.loading import DEFAULT_MODEL_ID, fetch_model
 
     model_id = args.model_id or DEFAULT_MODEL_ID
     try:
@@ -157,7 +157,7 @@ def _guarded(command, args: argparse.Namespace) -> int:
 
 
 def _service(args: argparse.Namespace):
-    from dgemma_lsp.engine.service import InfillService
+    from dgemma_lsp.engine.runtime.service import InfillService
 
     return InfillService(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
 

@@ -24,7 +24,7 @@ from typing import TypeVar
 
 import msgspec
 
-from dgemma_lsp.engine.types import Candidate
+from dgemma_lsp.engine.api import Candidate
 
 T = TypeVar("T")
 

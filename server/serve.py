@@ -30,12 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def make_engine_client(args: argparse.Namespace):
     """The EngineClient for --engine: `auto` and `daemon` attach to the resident daemon, starting it when absent."""
     if args.engine in ("auto", "daemon"):
-        from .daemon_client import DaemonEngineClient
+        from dgemma_lsp.engine.daemon.client import DaemonEngineClient
 
         return DaemonEngineClient.from_args(args)
-    from dgemma_lsp.engine.service import InfillService
-
-    from .engine_client import InProcessEngineClient
+    from dgemma_lsp.engine.client import InProcessEngineClient
+    from dgemma_lsp.engine.runtime.service import InfillService
 
     service = InfillService(
         args.model, device=args.device, dtype=args.dtype, quantization=args.quantization

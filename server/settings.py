@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from dgemma_lsp.engine.types import GenerationSettings
+from dgemma_lsp.engine.api import GenerationSettings
 
 SECTION = "dgemma"
 """Configuration section name in editors (`dgemma.steps`, ...)."""

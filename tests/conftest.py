@@ -14,7 +14,7 @@ import signal
 import tempfile
 from pathlib import Path
 
-from dgemma_lsp.engine.daemon_paths import RUNTIME_DIR_ENV, lock_is_held
+from dgemma_lsp.engine.daemon.paths import RUNTIME_DIR_ENV, lock_is_held
 
 # Set at import, before any test starts a subprocess. A short path: AF_UNIX paths must stay < ~100 bytes.
 _RUNTIME_DIR = Path(tempfile.mkdtemp(prefix="dgt-", dir="/tmp"))

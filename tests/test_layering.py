@@ -1,35 +1,67 @@
-"""The import direction editors -> server -> engine, checked on the source files."""
+"""The import direction editors -> server -> engine, and the rooms inside engine/, checked on the source files.
+
+Relative imports are resolved to absolute names, and imports inside functions
+count too: a lazy import is still a dependency.
+"""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE_OF_FOLDER = {"server": "dgemma_lsp.server", "engine": "dgemma_lsp.engine", "bench": "dgemma_lsp.bench"}
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(ROOT).with_suffix("")
+    parts = list(relative.parts)
+    parts[0] = PACKAGE_OF_FOLDER[parts[0]]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
 
 
 def imported_modules(folder: str) -> dict[str, set[str]]:
     found = {}
     for path in (ROOT / folder).rglob("*.py"):
+        package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
         names = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names |= {alias.name for alias in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names.add(node.module)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level == 0:
+                    base = node.module or ""
+                else:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join(anchor + ([node.module] if node.module else []))
+                names.add(base)
+                names |= {f"{base}.{alias.name}" for alias in node.names}  # `from pkg import module`
         found[str(path.relative_to(ROOT))] = names
     return found
 
 
 def offenders(folder: str, forbidden: tuple[str, ...]) -> list[str]:
-    return [
+    return sorted(
         f"{path} imports {name}"
         for path, names in imported_modules(folder).items()
         for name in names
-        if name.split(".")[0] in forbidden or name.startswith(forbidden)
-    ]
+        if any(name == f or name.startswith(f + ".") for f in forbidden)
+    )
 
 
 def test_engine_knows_nothing_of_lsp_or_the_server():
     assert offenders("engine", ("pygls", "lsprotocol", "dgemma_lsp.server")) == []
+
+
+def test_nothing_but_the_server_imports_the_server():
+    assert offenders("bench", ("dgemma_lsp.server",)) == []
+
+
+def test_syntax_room_is_torch_free_and_needs_no_other_room():
+    forbidden = ("torch", "transformers", "dgemma_lsp.engine.runtime", "dgemma_lsp.engine.daemon")
+    assert offenders("engine/syntax", forbidden) == []
 
 
 def test_server_never_imports_torch_or_transformers():
@@ -37,5 +69,14 @@ def test_server_never_imports_torch_or_transformers():
 
 
 def test_nothing_imports_the_bare_package_names():
-    assert offenders("server", ("server", "engine")) == []
-    assert offenders("engine", ("server", "engine")) == []
+    for folder in ("server", "engine", "bench"):
+        assert offenders(folder, ("server", "engine")) == []
+
+
+def test_a_language_server_on_a_daemon_loads_no_torch():
+    """What a front end process imports (server, daemon client, syntax pipeline) pulls in no torch."""
+    code = ("import sys; import dgemma_lsp.server.cli, dgemma_lsp.server.lsp_server, "
+            "dgemma_lsp.engine.daemon.client, dgemma_lsp.engine.syntax.infill; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dgemma_lsp.engine.daemon_paths import RUNTIME_DIR_ENV, lock_is_held
+from dgemma_lsp.engine.daemon.paths import RUNTIME_DIR_ENV, lock_is_held
 
 
 @contextmanager

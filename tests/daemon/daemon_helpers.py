@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
-from dgemma_lsp.engine.daemon_protocol import Hello, daemon_decoder, encode_frame
-from dgemma_lsp.engine.types import DenoiseRequest, EngineStatus, GenerationSettings, InfillContext
+from dgemma_lsp.engine.api import DenoiseRequest, EngineStatus, GenerationSettings, InfillContext
+from dgemma_lsp.engine.daemon.protocol import Hello, daemon_decoder, encode_frame
 
 TIMEOUT = 240.0
 """Seconds any single wait may take: the tiny model on a busy 2-core machine is slow, never stuck."""
@@ -49,7 +49,7 @@ async def wait_for_status(client, predicate) -> EngineStatus:
 
 async def raw_hello(paths, hello: Hello):
     """Send one Hello on a fresh connection; the daemon's first answer (None if it just closed)."""
-    from dgemma_lsp.server.daemon_client import open_stream
+    from dgemma_lsp.engine.daemon.client import open_stream
 
     reader, writer = await open_stream(paths)
     try:

@@ -21,10 +21,10 @@ import pytest
 from daemon_helpers import LONG, TIMEOUT, quick, raw_hello, wait_for_status, within
 
 from dgemma_lsp.engine import errors
-from dgemma_lsp.engine.daemon_paths import EnginePaths, engine_key, read_token
-from dgemma_lsp.engine.daemon_protocol import PROTOCOL_VERSION, EngineKey, Hello, Refused, Welcome
-from dgemma_lsp.server.daemon_client import DaemonEngineClient, open_stream, query_info, spawn_daemon
-from dgemma_lsp.server.engine_client import EngineUnavailableError
+from dgemma_lsp.engine.client import EngineUnavailableError
+from dgemma_lsp.engine.daemon.client import DaemonEngineClient, open_stream, query_info, spawn_daemon
+from dgemma_lsp.engine.daemon.paths import EnginePaths, engine_key, read_token
+from dgemma_lsp.engine.daemon.protocol import PROTOCOL_VERSION, EngineKey, Hello, Refused, Welcome
 
 
 @dataclass
@@ -146,8 +146,8 @@ async def _queue_length(daemon: Daemon, length: int) -> None:
 VANISHING_FRONT_END = textwrap.dedent("""
     import asyncio, sys
     from daemon_helpers import LONG
-    from dgemma_lsp.engine.daemon_paths import engine_key
-    from dgemma_lsp.server.daemon_client import DaemonEngineClient
+    from dgemma_lsp.engine.daemon.paths import engine_key
+    from dgemma_lsp.engine.daemon.client import DaemonEngineClient
 
     async def main():
         client = DaemonEngineClient(engine_key("tiny"), spawn=False, name="doomed")

@@ -12,9 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from daemon_helpers import dgemma, engine_status, quick, raw_hello, wait_for_status, within
 
-from dgemma_lsp.engine.daemon_paths import TRANSPORT_ENV, EnginePaths, engine_key, lock_is_held, read_token
-from dgemma_lsp.engine.daemon_protocol import PROTOCOL_VERSION, Hello, Refused, Welcome
-from dgemma_lsp.server.daemon_client import DaemonEngineClient, query_info, spawn_daemon
+from dgemma_lsp.engine.daemon.client import DaemonEngineClient, query_info, spawn_daemon
+from dgemma_lsp.engine.daemon.paths import TRANSPORT_ENV, EnginePaths, engine_key, lock_is_held, read_token
+from dgemma_lsp.engine.daemon.protocol import PROTOCOL_VERSION, Hello, Refused, Welcome
 
 
 def test_engine_start_status_stop(runtime_dir):

@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dgemma_lsp.engine.daemon_protocol import (
+from dgemma_lsp.engine.api import DenoiseRequest, Draft, EngineStatus, GenerationSettings, InfillContext
+from dgemma_lsp.engine.daemon.protocol import (
     HEADER_BYTES,
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
@@ -30,7 +31,6 @@ from dgemma_lsp.engine.daemon_protocol import (
     daemon_decoder,
     encode_frame,
 )
-from dgemma_lsp.engine.types import DenoiseRequest, Draft, EngineStatus, GenerationSettings, InfillContext
 
 REQUEST = DenoiseRequest(
     context=InfillContext(prefix="def f(x):\n    return ", suffix="\n", language="python"),

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dgemma_lsp.engine.denoising import DenoisingRuntime
+from dgemma_lsp.engine.runtime.denoising import DenoisingRuntime
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
 
+from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
 from dgemma_lsp.engine.errors import BadRequestError, CancelledError
-from dgemma_lsp.engine.types import DenoiseRequest, GenerationSettings, InfillContext
 
 CONTEXT = InfillContext(
     prefix="def add(a, b):\n    return ", suffix="\n\nprint(add(1, 2))\n", language="python"

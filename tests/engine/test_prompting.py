@@ -2,9 +2,9 @@
 
 from transformers import AutoTokenizer
 
-from dgemma_lsp.engine.prompting import CURSOR_MARKER, PromptBuilder
-from dgemma_lsp.engine.tiny_model import ensure_tiny_model
-from dgemma_lsp.engine.types import InfillContext
+from dgemma_lsp.engine.api import InfillContext
+from dgemma_lsp.engine.runtime.prompting import CURSOR_MARKER, PromptBuilder
+from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
 
 
 def builder(**extra_tokens) -> PromptBuilder:

@@ -15,20 +15,20 @@ import argparse
 import pytest
 import torch
 
-from dgemma_lsp.engine.quant_kernels import (
+from dgemma_lsp.engine.runtime.quant_formats import (
     dequantize,
     effective_group_size,
     pack_int4,
     quantize,
     unpack_int4,
 )
-from dgemma_lsp.engine.quantization import (
+from dgemma_lsp.engine.runtime.quantization import (
     QuantizedExperts,
     load_quantized,
     quantize_model,
     save_quantized,
 )
-from dgemma_lsp.engine.tiny_model import build_tiny_model
+from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model
 
 PACKED = ("fp8", "int8", "int4")
 BF16_FACTOR_FLOOR = {"fp8": 1.9, "int8": 1.9, "int4": 3.7}

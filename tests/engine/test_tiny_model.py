@@ -2,7 +2,7 @@
 
 import torch
 
-from dgemma_lsp.engine import tiny_model
+from dgemma_lsp.engine.runtime import tiny_model
 
 
 def test_two_builds_are_identical_and_the_second_start_reuses_the_cache(tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from dgemma_lsp.engine.types import Candidate
+from dgemma_lsp.engine.api import Candidate
 from dgemma_lsp.server.scheduler import SUPERSEDED, CompletionCache, LatestWins
 from dgemma_lsp.server.settings import ServerSettings, decode_settings
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from dgemma_lsp.engine.context import build_context
-from dgemma_lsp.engine.planning import plan_hole
-from dgemma_lsp.engine.postprocess import finish_text
-from dgemma_lsp.engine.syntax_tree import SyntaxDocument
-from dgemma_lsp.engine.types import Candidate
-from dgemma_lsp.engine.validation import rank_candidates
+from dgemma_lsp.engine.api import Candidate
+from dgemma_lsp.engine.syntax.context import build_context
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.planning import plan_hole
+from dgemma_lsp.engine.syntax.postprocess import finish_text
+from dgemma_lsp.engine.syntax.validation import rank_candidates
 
 GOLDEN = Path(__file__).parent / "golden"
 CURSOR = "<|>"

@@ -12,10 +12,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dgemma_lsp.engine.context import approx_token_count, build_context
-from dgemma_lsp.engine.planning import plan_hole
-from dgemma_lsp.engine.postprocess import finish_text
-from dgemma_lsp.engine.syntax_tree import SyntaxDocument
+from dgemma_lsp.engine.syntax.context import approx_token_count, build_context
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.planning import plan_hole
+from dgemma_lsp.engine.syntax.postprocess import finish_text
 
 SEEDS = {
     "python": "import os\n\nclass A:\n    def f(self, x):\n        s = 'é'\n        return x + 1\n\n\ndef g():\n    pass\n",

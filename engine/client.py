@@ -22,8 +22,8 @@ from typing import Protocol
 
 import msgspec
 
-from dgemma_lsp.engine import errors
-from dgemma_lsp.engine.types import DenoiseRequest, DenoiseResult, Draft, EngineStatus
+from . import errors
+from .api import DenoiseRequest, DenoiseResult, Draft, EngineStatus
 
 log = logging.getLogger(__name__)
 

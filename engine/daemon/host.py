@@ -1,7 +1,7 @@
 """The resident engine daemon: one InfillService shared by every editor window of a user.
 
 `EngineDaemon.serve()` listens on a Unix socket (mode 0600 in the 0700 runtime
-dir) or on loopback TCP, and speaks daemon_protocol frames. Every client's
+dir) or on loopback TCP, and speaks `protocol` frames. Every client's
 jobs go into one queue, ordered by DenoiseRequest.priority and, within a
 priority, newest first (the latest keystroke is the one the user is waiting
 for; older ones are usually stale). One dispatcher runs one job at a time on a
@@ -36,9 +36,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from . import errors
-from .daemon_paths import EnginePaths, FileLock, new_token, write_private
-from .daemon_protocol import (
+from .. import errors
+from ..api import DenoiseRequest, EngineStatus
+from .paths import EnginePaths, FileLock, new_token, write_private
+from .protocol import (
     PROTOCOL_VERSION,
     Cancel,
     DaemonInfo,
@@ -60,12 +61,10 @@ from .daemon_protocol import (
     client_decoder,
     encode_frame,
 )
-from .types import DenoiseRequest, EngineStatus
 
 log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT_S = 10.0
-READ_CHUNK = 64 * 1024
 DRAFT_BACKLOG_BYTES = 1024 * 1024
 """A client that has this much unread output gets no more drafts (results still go out)."""
 
@@ -212,9 +211,8 @@ class EngineDaemon:
         connection = Connection(writer)
         self._connections.add(connection)
         decoder = client_decoder()
-        pending: list = []
         try:
-            hello = await asyncio.wait_for(_next_message(reader, decoder, pending), HANDSHAKE_TIMEOUT_S)
+            hello = await asyncio.wait_for(decoder.next_message(reader.read), HANDSHAKE_TIMEOUT_S)
             if hello is None:
                 return
             refusal = self._check_hello(hello)
@@ -226,7 +224,7 @@ class EngineDaemon:
             connection.pid, connection.name, connection.welcomed = hello.pid, hello.name, True
             connection.send(Welcome(version=PROTOCOL_VERSION, pid=os.getpid(), status=self._status()))
             log.info("client %s (pid %d) attached; %d clients", hello.name, hello.pid, self._clients())
-            while (message := await _next_message(reader, decoder, pending)) is not None:
+            while (message := await decoder.next_message(reader.read)) is not None:
                 self._on_message(connection, message)
         except ProtocolError as error:
             log.warning("closing a connection (pid %d): %s", connection.pid, error)
@@ -465,18 +463,6 @@ class EngineDaemon:
         )
 
 
-async def _next_message(reader: asyncio.StreamReader, decoder, pending: list):
-    """The next client message, or None at end of stream; `pending` keeps extra decoded ones."""
-    while not pending:
-        data = await reader.read(READ_CHUNK)
-        if not data:
-            if decoder.pending_bytes:
-                raise ProtocolError(f"connection closed inside a frame ({decoder.pending_bytes} bytes)")
-            return None
-        pending.extend(decoder.feed(data))
-    return pending.pop(0)
-
-
 def _describe(key: EngineKey) -> str:
     return (f"model {key.model!r} (device {key.device}, dtype {key.dtype}, "
             f"quantization {key.quantization})")
@@ -491,7 +477,7 @@ def _replace(status: EngineStatus, **changes) -> EngineStatus:
 def run_daemon(key: EngineKey, paths: EnginePaths, *, idle_unload: float | None, transport: str,
                ready_fd: int | None = None, preload: bool = False) -> int:
     """Entry point of `dgemma-lsp engine serve`: blocks until the daemon stops; returns an exit code."""
-    from .service import InfillService
+    from ..runtime.service import InfillService
 
     service = InfillService(
         key.model,

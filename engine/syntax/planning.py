@@ -22,16 +22,14 @@ from __future__ import annotations
 
 import tree_sitter
 
+from ..api import HolePlan, Region
+from .brackets import CLOSERS, QUOTES, first_unmatched_closer
+from .document import SyntaxDocument
 from .languages import BLOCK_TYPES, PLAINTEXT, uses_braces
-from .syntax_tree import SyntaxDocument
-from .types import HolePlan, Region
 
 MAX_LINES = {"line": 8, "expression": 4, "statement": 16, "block": 32, "text": 8}
 """Line caps per kind: a line hole grows past one line only while brackets stay open."""
 
-_CLOSERS = {")": "(", "]": "[", "}": "{"}
-_OPENERS = {"(": ")", "[": "]", "{": "}"}
-_QUOTES = "\"'`"
 _LINE_COMMENTS = {"python": ("#",), "lua": ("--",)}
 _C_COMMENTS = ("//", "/*", "*", "*/")
 _PY_NOT_BLOCK_COLON = frozenset({"dictionary", "pair", "slice", "lambda", "subscript", "type",
@@ -79,7 +77,7 @@ def _plan_inside_line(doc, offset, line_start, line_end, before, after, lines) -
         closer_at, closer = quote
         return HolePlan(kind="expression", region=Region(offset, closer_at), stop="before-closer",
                         indent=indent, max_lines=1, closer=closer)
-    closer_at = _first_unmatched_closer(after)
+    closer_at = first_unmatched_closer(after)
     if closer_at is not None:
         closer = after[closer_at]
         at = offset + closer_at
@@ -194,7 +192,7 @@ class _Lines:
 
     def is_closer_line(self, row: int) -> bool:
         stripped = self.line(row).strip()
-        return stripped[:1] in _CLOSERS or stripped.split(" ")[0] in ("end", "else", "elseif", "until")
+        return stripped[:1] in CLOSERS or stripped.split(" ")[0] in ("end", "else", "elseif", "until")
 
     def prev_code_row(self, row: int, limit: int = 200) -> int | None:
         for r in range(row - 1, max(-1, row - 1 - limit), -1):
@@ -323,40 +321,15 @@ def _string_closer(doc: SyntaxDocument, offset: int) -> tuple[int, str] | None:
                 last = node.children[-1] if node.children else None
                 if last is not None and last.start_byte >= byte:
                     delimiter = last.text.decode("utf-8", errors="replace")
-                    if delimiter and all(c in _QUOTES for c in delimiter):
+                    if delimiter and all(c in QUOTES for c in delimiter):
                         return doc.str_offset(last.start_byte), delimiter
                 elif last is None:
                     tail = node.text.decode("utf-8", errors="replace")[-1:]
-                    if tail in _QUOTES and node.end_byte - 1 >= byte:
+                    if tail in QUOTES and node.end_byte - 1 >= byte:
                         return doc.str_offset(node.end_byte - 1), tail
             return None
         if node.type in ("ERROR", "template_substitution", "interpolation", "string_interpolation",
                          "jsx_expression"):
             return None
         node = node.parent
-    return None
-
-
-def _first_unmatched_closer(after: str) -> int | None:
-    """Index in `after` of the first closing bracket with no opener after the cursor, string-aware."""
-    depth = 0
-    quote = None
-    i = 0
-    while i < len(after):
-        c = after[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote:
-                quote = None
-        elif c in _QUOTES:
-            quote = c
-        elif c in _OPENERS:
-            depth += 1
-        elif c in _CLOSERS:
-            if depth == 0:
-                return i
-            depth -= 1
-        i += 1
     return None

@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .context import build_context
-from .planning import plan_hole
-from .postprocess import finish_text, strip_markdown_fences
-from .syntax_tree import SyntaxDocument
-from .types import (
+from ..api import (
     Candidate,
     DenoiseRequest,
     DenoiseResult,
@@ -23,6 +19,10 @@ from .types import (
     InfillContext,
     Region,
 )
+from .context import build_context
+from .document import SyntaxDocument
+from .planning import plan_hole
+from .postprocess import finish_text, strip_markdown_fences
 from .validation import rank_candidates
 
 DEFAULT_CONTEXT_TOKENS = 2048

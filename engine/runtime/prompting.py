@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import msgspec
 
-from .types import InfillContext
+from ..api import InfillContext
 
 CURSOR_MARKER = "<CURSOR>"
 

@@ -18,7 +18,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-import platformdirs
+from .loading import cache_root
 
 TINY_SEED = 1234
 TOKENIZER_VOCAB = 1000
@@ -52,7 +52,7 @@ GENERATION_DEFAULTS = dict(
 
 
 def _corpus_text() -> str:
-    return resources.files("dgemma_lsp.engine").joinpath("data/tiny_corpus.txt").read_text("utf-8")
+    return resources.files("dgemma_lsp.engine.runtime").joinpath("data/tiny_corpus.txt").read_text("utf-8")
 
 
 def recipe_hash() -> str:
@@ -66,11 +66,8 @@ def recipe_hash() -> str:
 
 
 def tiny_model_dir() -> Path:
-    """Where the built tiny model lives; `DGEMMA_LSP_CACHE` overrides the user cache dir."""
-    import os
-
-    root = os.environ.get("DGEMMA_LSP_CACHE") or platformdirs.user_cache_dir("dgemma-lsp")
-    return Path(root) / f"tiny-{recipe_hash()}"
+    """Where the built tiny model lives, under the cache root (`DGEMMA_LSP_CACHE` overrides it)."""
+    return cache_root() / f"tiny-{recipe_hash()}"
 
 
 def ensure_tiny_model() -> Path:

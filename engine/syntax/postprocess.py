@@ -18,11 +18,9 @@ import re
 
 import msgspec
 
-from .types import HolePlan, InfillContext
+from ..api import HolePlan, InfillContext
+from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 
-_OPEN = {"(": ")", "[": "]", "{": "}"}
-_CLOSE = {")": "(", "]": "[", "}": "{"}
-_QUOTES = "\"'`"
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
 _REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
 _IDENT = re.compile(r"\w")
@@ -105,8 +103,8 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
         if rest_of_line[:1] in (" ", "\t"):
             text = text.rstrip(" \t")
         return text, 0
-    if closer in _CLOSE:
-        stop = _first_unmatched_closer(text)
+    if closer in CLOSERS:
+        stop = first_unmatched_closer(text)
     else:
         stop = _first_unescaped(text, closer)
     newline = text.find("\n")
@@ -258,38 +256,12 @@ def _cut_degenerate(text: str) -> str:
 # --- brackets and indentation -------------------------------------------------------------
 
 
-def _code_chars(text: str):
-    """Yield (index, char) of characters outside strings and line comments (a rough lexer)."""
-    quote = None
-    i = 0
-    n = len(text)
-    while i < n:
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 2
-                continue
-            if c == quote or (c == "\n" and quote != "`"):
-                quote = None
-        elif c in _QUOTES:
-            quote = c
-        elif c == "#" or (c in "/-" and text[i:i + 2] in ("//", "--")):
-            nl = text.find("\n", i)
-            if nl < 0:
-                return
-            i = nl
-            continue
-        else:
-            yield i, c
-        i += 1
-
-
 def _depth_change(text: str) -> int:
     depth = 0
-    for _, c in _code_chars(text):
-        if c in _OPEN:
+    for _, c in code_chars(text):
+        if c in OPENERS:
             depth += 1
-        elif c in _CLOSE:
+        elif c in CLOSERS:
             depth -= 1
     return depth
 
@@ -297,20 +269,20 @@ def _depth_change(text: str) -> int:
 def _open_depth(text: str) -> int:
     """Brackets left open at the end of `text` (never negative)."""
     depth = 0
-    for _, c in _code_chars(text):
-        if c in _OPEN:
+    for _, c in code_chars(text):
+        if c in OPENERS:
             depth += 1
-        elif c in _CLOSE:
+        elif c in CLOSERS:
             depth = max(0, depth - 1)
     return depth
 
 
 def _depth_walk(line: str, depth: int) -> tuple[int, bool]:
     """Depth after `line` starting at `depth`, and whether it dipped below zero."""
-    for _, c in _code_chars(line):
-        if c in _OPEN:
+    for _, c in code_chars(line):
+        if c in OPENERS:
             depth += 1
-        elif c in _CLOSE:
+        elif c in CLOSERS:
             depth -= 1
             if depth < 0:
                 return depth, True
@@ -323,7 +295,7 @@ _LUA_KEYWORD = re.compile(r"\b(function|if|do|repeat|end|until|elseif|else)\b")
 def _lua_depth_walk(line: str, depth: int) -> tuple[int, bool]:
     """Lua block depth after `line`, and whether the line ends or continues an outer block
     (`end`/`until` below depth 0, or `else`/`elseif` at depth 0): the hole's block is over."""
-    code_at = {i for i, _ in _code_chars(line)}
+    code_at = {i for i, _ in code_chars(line)}
     code = "".join(c if i in code_at else " " for i, c in enumerate(line))
     for match in _LUA_KEYWORD.finditer(code):
         word = match.group(1)
@@ -340,26 +312,14 @@ def _lua_depth_walk(line: str, depth: int) -> tuple[int, bool]:
 
 
 def _cut_at_unmatched(line: str, depth: int) -> str:
-    for i, c in _code_chars(line):
-        if c in _OPEN:
+    for i, c in code_chars(line):
+        if c in OPENERS:
             depth += 1
-        elif c in _CLOSE:
+        elif c in CLOSERS:
             depth -= 1
             if depth < 0:
                 return line[:i]
     return line
-
-
-def _first_unmatched_closer(text: str) -> int | None:
-    depth = 0
-    for i, c in _code_chars(text):
-        if c in _OPEN:
-            depth += 1
-        elif c in _CLOSE:
-            if depth == 0:
-                return i
-            depth -= 1
-    return None
 
 
 def _first_unescaped(text: str, quote: str) -> int | None:
@@ -389,10 +349,10 @@ def _drop_closer_suffix_has(text: str, suffix: str) -> str:
     """Cut the text before a closer it does not open when the suffix starts with that closer."""
     depth = 0
     upcoming = suffix.lstrip()[:1]
-    for i, c in _code_chars(text):
-        if c in _OPEN:
+    for i, c in code_chars(text):
+        if c in OPENERS:
             depth += 1
-        elif c in _CLOSE:
+        elif c in CLOSERS:
             depth -= 1
             if depth < 0:
                 return text[:i].rstrip() if c == upcoming else text

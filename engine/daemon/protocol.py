@@ -11,17 +11,20 @@ wants); the daemon answers `Welcome` or `Refused` and closes. Anything that is
 not a whole, well-formed frame of the expected union raises ProtocolError: the
 peer closes that one connection and serves the others.
 
-Knows msgspec and the engine's types; knows nothing of sockets, asyncio, torch or LSP.
+Knows msgspec and the engine's types; reads frames from any async `read(n)` (a
+StreamReader's), and knows nothing of sockets, torch or LSP.
 """
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Literal
 
 import msgspec
 
-from .errors import EngineError
-from .types import DenoiseRequest, DenoiseResult, Draft, EngineStatus
+from ..api import DenoiseRequest, DenoiseResult, Draft, EngineStatus
+from ..errors import EngineError
 
 PROTOCOL_VERSION = 1
 """Bumped on any incompatible change; a mismatch is refused at the handshake."""
@@ -31,6 +34,7 @@ MAX_FRAME_BYTES = 16 * 1024 * 1024
 real frames are kilobytes; anything bigger is a bug or an attack."""
 
 HEADER_BYTES = 4
+READ_CHUNK = 64 * 1024
 
 
 class ProtocolError(EngineError):
@@ -256,6 +260,7 @@ class FrameDecoder:
         self._max = max_frame_bytes
         self._buffer = bytearray()
         self._broken = False
+        self._ready: deque = deque()  # decoded by `next_message`, not yet handed out
 
     def feed(self, data: bytes) -> list:
         """Messages completed by `data` (possibly none), in order."""
@@ -279,6 +284,20 @@ class FrameDecoder:
                 self._broken = True
                 raise ProtocolError(f"malformed frame: {error}") from None
         return messages
+
+    async def next_message(self, read: Callable[[int], Awaitable[bytes]]):
+        """The next message from the stream that `read(n)` reads, or None at its clean end.
+
+        A stream that ends inside a frame raises ProtocolError.
+        """
+        while not self._ready:
+            data = await read(READ_CHUNK)
+            if not data:
+                if self._buffer:
+                    raise ProtocolError(f"connection closed inside a frame ({len(self._buffer)} bytes)")
+                return None
+            self._ready.extend(self.feed(data))
+        return self._ready.popleft()
 
     @property
     def pending_bytes(self) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .errors import ModelLoadError, ModelNotFoundError
+from ..errors import ModelLoadError, ModelNotFoundError
 
 DEFAULT_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
 log = logging.getLogger(__name__)
@@ -108,17 +108,22 @@ def load_model_and_tokenizer(
     return model, tokenizer, device
 
 
-def quantized_cache_dir(folder: Path, quantization: str) -> Path:
-    """Where the packed weights of `folder` in one mode are kept between starts."""
-    import hashlib
+def cache_root() -> Path:
+    """The folder for what dgemma-lsp builds once and keeps: `DGEMMA_LSP_CACHE`, else the user cache dir."""
     import os
 
     import platformdirs
 
+    return Path(os.environ.get("DGEMMA_LSP_CACHE") or platformdirs.user_cache_dir("dgemma-lsp"))
+
+
+def quantized_cache_dir(folder: Path, quantization: str) -> Path:
+    """Where the packed weights of `folder` in one mode are kept between starts."""
+    import hashlib
+
     config = folder / "config.json"
     key = f"{folder.resolve()}|{config.stat().st_mtime_ns}|{quantization}"
-    root = os.environ.get("DGEMMA_LSP_CACHE") or platformdirs.user_cache_dir("dgemma-lsp")
-    return Path(root) / "quantized" / hashlib.sha256(key.encode()).hexdigest()[:16]
+    return cache_root() / "quantized" / hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
 def _load_quantized(folder: Path, config, device: str, dtype: str, quantization: str):

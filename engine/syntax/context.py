@@ -27,9 +27,9 @@ import re
 import msgspec
 import tree_sitter
 
+from ..api import HolePlan, InfillContext
+from .document import SyntaxDocument
 from .languages import BLOCK_TYPES, DEFINITION_TYPES, IMPORT_TYPES, uses_braces
-from .syntax_tree import SyntaxDocument
-from .types import HolePlan, InfillContext
 
 PREFIX_SHARE = 0.60
 SUFFIX_SHARE = 0.25

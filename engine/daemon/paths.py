@@ -24,7 +24,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .daemon_protocol import EngineKey
+from .protocol import EngineKey
 
 RUNTIME_DIR_ENV = "DGEMMA_LSP_RUNTIME_DIR"
 TRANSPORT_ENV = "DGEMMA_LSP_TRANSPORT"

@@ -23,11 +23,11 @@ from transformers.cache_utils import DynamicCache
 from transformers.generation.streamers import BaseStreamer
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
 
-from .errors import BadRequestError, CancelledError
-from .model_loading import load_model_and_tokenizer
+from ..api import DenoiseRequest, DenoiseResult, Draft, GenerationSettings, RawCandidate, Timings
+from ..errors import BadRequestError, CancelledError
+from .loading import load_model_and_tokenizer
 from .prompt_cache import PromptCache
 from .prompting import PromptBuilder, PromptIds
-from .types import DenoiseRequest, DenoiseResult, Draft, GenerationSettings, RawCandidate, Timings
 
 MAX_CANDIDATES = 16
 CONTROL_CHARACTERS = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])

@@ -1,7 +1,7 @@
 """The engine as a resident daemon: attach to it, spawn it when absent, survive its death.
 
-`DaemonEngineClient` implements the `EngineClient` Protocol (engine_client.py)
-over the daemon protocol (engine/daemon_protocol.py). One per language server:
+`DaemonEngineClient` implements the `EngineClient` Protocol (engine/client.py)
+over the daemon protocol (engine/daemon/protocol.py). One per language server:
 
 - `start()` connects in the background, spawning `dgemma-lsp engine serve`
   when no daemon answers; a lock file makes two front ends starting at once
@@ -35,8 +35,10 @@ from collections.abc import Callable
 
 import msgspec
 
-from dgemma_lsp.engine import errors
-from dgemma_lsp.engine.daemon_paths import (
+from .. import errors
+from ..api import DenoiseRequest, DenoiseResult, EngineStatus
+from ..client import DraftListener, EngineUnavailableError, StatusListener
+from .paths import (
     EnginePaths,
     FileLock,
     default_transport,
@@ -44,7 +46,7 @@ from dgemma_lsp.engine.daemon_paths import (
     lock_is_held,
     read_token,
 )
-from dgemma_lsp.engine.daemon_protocol import (
+from .protocol import (
     PROTOCOL_VERSION,
     Cancel,
     DaemonInfo,
@@ -67,9 +69,6 @@ from dgemma_lsp.engine.daemon_protocol import (
     daemon_decoder,
     encode_frame,
 )
-from dgemma_lsp.engine.types import DenoiseRequest, DenoiseResult, EngineStatus
-
-from .engine_client import DraftListener, EngineUnavailableError, StatusListener
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +118,7 @@ class DaemonSession:
                           pid=os.getpid(), name=name)
             writer.write(encode_frame(hello))
             decoder = daemon_decoder()
-            pending: list = []
-            answer = await asyncio.wait_for(_next_message(reader, decoder, pending), CONNECT_TIMEOUT_S)
+            answer = await asyncio.wait_for(decoder.next_message(reader.read), CONNECT_TIMEOUT_S)
             if answer is None:
                 raise DaemonNotRunningError("the engine daemon closed the connection during the handshake")
             if isinstance(answer, Refused):
@@ -133,7 +131,7 @@ class DaemonSession:
                 raise DaemonNotRunningError(f"the engine daemon did not answer: {error!r}") from None
             raise
         session = cls(reader, writer, answer, paths)
-        session._decoder, session._pending = decoder, pending
+        session._decoder = decoder
         return session
 
     def listen(self, on_message: Callable, on_closed: Callable[[BaseException | None], None]) -> None:
@@ -142,7 +140,7 @@ class DaemonSession:
         async def read() -> None:
             error: BaseException | None = None
             try:
-                while (message := await _next_message(self.reader, self._decoder, self._pending)) is not None:
+                while (message := await self._decoder.next_message(self.reader.read)) is not None:
                     on_message(message)
             except asyncio.CancelledError:
                 raise
@@ -172,21 +170,12 @@ class DaemonSession:
             pass
 
 
-async def _next_message(reader: asyncio.StreamReader, decoder, pending: list):
-    while not pending:
-        data = await reader.read(64 * 1024)
-        if not data:
-            return None
-        pending.extend(decoder.feed(data))
-    return pending.pop(0)
-
-
 async def query_info(key: EngineKey, paths: EnginePaths) -> DaemonInfo:
     """DaemonInfo of the running daemon (DaemonNotRunningError when there is none)."""
     session = await DaemonSession.open(key, paths, "cli")
     try:
         session.send(InfoQuery(id=1))
-        while (message := await _next_message(session.reader, session._decoder, session._pending)) is not None:
+        while (message := await session._decoder.next_message(session.reader.read)) is not None:
             if isinstance(message, InfoFrame):
                 return message.info
         raise DaemonNotRunningError("the engine daemon closed the connection")
@@ -199,7 +188,7 @@ async def request_shutdown(key: EngineKey, paths: EnginePaths) -> int:
     session = await DaemonSession.open(key, paths, "cli")
     session.send(Shutdown())
     # The daemon closes every connection once its work is cancelled: end of stream means done.
-    while await _next_message(session.reader, session._decoder, session._pending) is not None:
+    while await session._decoder.next_message(session.reader.read) is not None:
         pass
     await session.close()
     # Then it leaves the model and exits; its pid lock goes with the process.

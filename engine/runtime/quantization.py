@@ -5,7 +5,7 @@ attention/MLP linears, applied in place to a loaded model; the modules that
 dequantize on the fly in their forward; and save/load of the quantized model
 so the next start skips the bf16 checkpoint. Knows nothing of prompts,
 denoising, LSP, or where checkpoints live; the packing formats are in
-`quant_kernels`.
+`quant_formats`.
 
 What is quantized (each tied tensor once: the encoder and decoder share every
 text-layer weight, so both positions get the *same* quantized module):
@@ -30,7 +30,7 @@ Why not a library (checked on torch 2.13 CPU, torchao 0.18, transformers 5.23):
   experts and linears keeps ties, save/load and int4 uniform.
 - bitsandbytes quantizes only `nn.Linear` and never the fused 3-D experts.
 - transformers' `FineGrainedFP8Config` needs a GPU at load time.
-So the packing (~100 lines in `quant_kernels`) is written here; the matmuls
+So the packing (~100 lines in `quant_formats`) is written here; the matmuls
 stay plain `F.linear` on dequantized weights. What this does not do: fused
 dequant-GEMM kernels (a GPU would need them to beat bf16 on speed; see
 `bench/quant_gpu.py`).
@@ -52,7 +52,7 @@ import msgspec
 import torch
 from torch import nn
 
-from .quant_kernels import PACKED_MODES, dequantize, packed_bytes, quantize
+from .quant_formats import PACKED_MODES, dequantize, packed_bytes, quantize
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from .errors import EngineError
-from .types import DenoiseRequest, DenoiseResult, Draft, EngineStatus
+from ..api import DenoiseRequest, DenoiseResult, Draft, EngineStatus
+from ..errors import EngineError
 
 DraftCallback = Callable[[Draft], None]
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import msgspec
 import tree_sitter
 
+from ..api import Candidate
+from .document import SyntaxDocument
 from .languages import parser_for
-from .syntax_tree import SyntaxDocument
-from .types import Candidate
 
 
 def count_syntax_errors(tree: tree_sitter.Tree) -> int:

@@ -1,0 +1,54 @@
+"""Brackets in plain text, outside strings and line comments: a rough lexer shared by planning and post-processing.
+
+Used where no tree is at hand (a model's raw output) or where a tree would be
+overkill (the rest of the cursor's line). Knows no grammar: `#`, `//` and `--`
+start a comment in every language, which is right for the nine we serve often
+enough for what these helpers decide (where an expression hole ends).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+OPENERS = {"(": ")", "[": "]", "{": "}"}
+CLOSERS = {")": "(", "]": "[", "}": "{"}
+QUOTES = "\"'`"
+
+
+def code_chars(text: str) -> Iterator[tuple[int, str]]:
+    """Yield (index, char) of the characters outside strings and line comments."""
+    quote = None
+    i = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if quote:
+            if c == "\\":
+                i += 2
+                continue
+            if c == quote or (c == "\n" and quote != "`"):
+                quote = None
+        elif c in QUOTES:
+            quote = c
+        elif c == "#" or (c in "/-" and text[i:i + 2] in ("//", "--")):
+            nl = text.find("\n", i)
+            if nl < 0:
+                return
+            i = nl
+            continue
+        else:
+            yield i, c
+        i += 1
+
+
+def first_unmatched_closer(text: str) -> int | None:
+    """Index of the first closing bracket in `text` that no opener in `text` matches."""
+    depth = 0
+    for i, c in code_chars(text):
+        if c in OPENERS:
+            depth += 1
+        elif c in CLOSERS:
+            if depth == 0:
+                return i
+            depth -= 1
+    return None

@@ -42,6 +42,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx2
 import msgspec
@@ -204,10 +205,17 @@ class VllmEngineClient:
         self._publish()
 
     async def _connect(self) -> None:
+        # Local problems (a URL that is no URL, no chat template) no server can fix: no probing.
+        if urlsplit(self.url).scheme not in ("http", "https") or not urlsplit(self.url).netloc:
+            self._set("error", f"--engine-url must be an http:// or https:// URL, got {self.url!r}")
+            return
         try:
             self._layout, source = await asyncio.to_thread(load_layout, self.model)
-        except errors.EngineError as error:  # a local problem: no server can fix it, so no probing
+        except errors.EngineError as error:
             self._set("error", str(error))
+            return
+        except Exception as error:  # noqa: BLE001 - e.g. a template jinja cannot render: say so, never crash
+            self._set("error", f"cannot lay out prompts for {self.model}: {type(error).__name__}: {error}")
             return
         log.info("vLLM engine at %s, model %s, chat template from %s; %s", self.url, self.model, source, NO_DRAFTS)
         epoch = self._fault_epoch
@@ -296,7 +304,7 @@ class VllmEngineClient:
         assert self._http is not None
         try:
             response = await self._http.get("models")
-        except httpx2.TransportError as error:
+        except httpx2.HTTPError as error:
             raise _transport_fault(self.url, error) from None
         if response.status_code != 200:
             raise _status_fault(response, response.text, self.url, self.model)
@@ -341,7 +349,7 @@ class VllmEngineClient:
                 raise _Fault(f"malformed stream from {self.url}: {error}", backoff=True) from None
             except httpx2.TimeoutException:
                 raise _Fault(f"{self.url} timed out (no answer within {self._timeouts.read:.0f} s)", backoff=True) from None
-            except httpx2.TransportError as error:
+            except httpx2.HTTPError as error:  # transport failures, broken chunked bodies, decoding errors
                 raise _transport_fault(self.url, error) from None
         except _Fault as fault:
             self._fault(fault, epoch)
@@ -450,7 +458,7 @@ def _candidate(text: str, logprobs: list[float]) -> RawCandidate:
     return RawCandidate(text=text, confidence=confidence, tokens=len(logprobs))
 
 
-def _transport_fault(url: str, error: httpx2.TransportError) -> _Fault:
+def _transport_fault(url: str, error: httpx2.HTTPError) -> _Fault:
     if isinstance(error, httpx2.TimeoutException):
         return _Fault(f"{url} timed out ({type(error).__name__})", backoff=True)
     if isinstance(error, httpx2.ConnectError):

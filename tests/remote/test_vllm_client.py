@@ -62,7 +62,7 @@ class Watched:
 
 
 async def started(server: CompletionsServer, model: str = "tiny", **options) -> Watched:
-    options.setdefault("timeouts", Timeouts(connect=2.0, read=10.0, total=WAIT))
+    options.setdefault("timeouts", Timeouts(connect=5.0, read=WAIT, total=WAIT))
     options.setdefault("backoff", Backoff(first=0.1, most=0.5))
     watched = Watched(VllmEngineClient(server.url, model, **options))
     await watched.client.start()
@@ -209,12 +209,13 @@ async def test_server_down_then_back(server: CompletionsServer, remote: Watched)
 
 
 async def test_a_slow_server_is_waited_for_and_a_stuck_one_times_out(server: CompletionsServer):
-    watched = await started(server, timeouts=Timeouts(connect=2.0, read=2.0, total=WAIT))
+    read = 6.0  # between two chunks; the model's own time (a busy machine) counts too
+    watched = await started(server, timeouts=Timeouts(connect=5.0, read=read, total=WAIT))
     try:
         await watched.reaches("ready")
-        server.behaviour.first_byte_delay = 0.3
+        server.behaviour.first_byte_delay = 0.5
         assert len((await watched.denoise(request())).candidates) == 1
-        server.behaviour.first_byte_delay = 4.0
+        server.behaviour.first_byte_delay = 3 * read
         with pytest.raises(EngineUnavailableError):
             await watched.denoise(request())
         assert watched.client.status().state == "error"
@@ -249,6 +250,17 @@ async def test_a_model_the_server_does_not_serve_is_an_error(server: Completions
     try:
         await watched.reaches("error")
         assert watched.client.status().message
+        with pytest.raises(EngineUnavailableError):
+            await watched.denoise(request())
+    finally:
+        await watched.client.close()
+
+
+async def test_an_engine_url_that_is_no_http_url_is_an_error_not_a_crash():
+    watched = Watched(VllmEngineClient("ftp://gpu-box/v1", "tiny"))
+    await watched.client.start()
+    try:
+        await watched.reaches("error")
         with pytest.raises(EngineUnavailableError):
             await watched.denoise(request())
     finally:

@@ -77,6 +77,8 @@ class Counters:
     """Denoising runs cancelled because the client went away."""
     probes: int = 0
     """GET /models requests received."""
+    connections: int = 0
+    """TCP connections accepted (keep-alive: fewer than requests)."""
     bodies: list[dict] = field(default_factory=list)
     """Every completion request body, in order."""
 
@@ -190,6 +192,7 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self) -> None:
         super().setup()
         self.owner.track(self.connection, True)
+        self.owner.count("connections")
 
     def finish(self) -> None:
         self.owner.track(self.connection, False)

@@ -123,6 +123,14 @@ async def test_a_rewrite_sends_the_rewrite_prompt_and_ignores_per_request_steps(
     assert len([r for r in caplog.records if r.name == "dgemma_lsp.engine.remote.vllm_client"]) >= 2
 
 
+async def test_requests_share_one_kept_alive_connection(server: CompletionsServer, remote: Watched):
+    before = server.counters.connections  # the probe's connection may still be in the pool
+    for seed in (1, 2, 3):
+        await remote.denoise(request(seed=seed))
+    assert server.counters.completed == 3
+    assert server.counters.connections - before <= 1  # streams read to their end leave the connection reusable
+
+
 # -- cancellation ------------------------------------------------------------------------------------
 
 
@@ -176,16 +184,21 @@ async def test_a_rejected_request_fails_alone_and_starts_no_backoff(server: Comp
     assert remote.client.status().state == "ready"
 
 
-async def test_a_failing_server_is_not_hammered(server: CompletionsServer, remote: Watched):
-    server.behaviour.fail_status, server.behaviour.fail_count = 503, 1000
-    server.behaviour.probe_status = 503
-    for _ in range(20):
-        with pytest.raises(EngineUnavailableError):
-            await remote.denoise(request())
-    assert server.counters.completions <= 2  # the rest failed inside the backoff window
-    server.behaviour = type(server.behaviour)()
-    await remote.reaches("ready")
-    assert len((await remote.denoise(request())).candidates) == 1
+async def test_a_failing_server_is_not_hammered(server: CompletionsServer):
+    watched = await started(server, backoff=Backoff(first=1.0, most=2.0))
+    try:
+        await watched.reaches("ready")
+        server.behaviour.fail_status, server.behaviour.fail_count = 503, 1000
+        server.behaviour.probe_status = 503
+        for _ in range(20):  # a user typing on while the server fails
+            with pytest.raises(EngineUnavailableError):
+                await watched.denoise(request())
+        assert server.counters.completions <= 2  # the rest failed inside the backoff window
+        server.behaviour = type(server.behaviour)()
+        await watched.reaches("ready")  # one probe per window brings it back
+        assert len((await watched.denoise(request())).candidates) == 1
+    finally:
+        await watched.client.close()
 
 
 @pytest.mark.parametrize("kind", ["json", "no-done", "content-type", "drop"])

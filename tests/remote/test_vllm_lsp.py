@@ -106,7 +106,6 @@ async def test_eight_editor_sessions_at_once(server: CompletionsServer, record_p
 
     async def edit(index: int, client: LanguageClient) -> None:
         nonlocal answered
-        await reaches(client, "ready")
         uri = f"file:///tmp/load{index}.py"
         open_document(client, uri)
         for line, character in CURSORS:  # one after another, like a user pausing at three places
@@ -116,6 +115,8 @@ async def test_eight_editor_sessions_at_once(server: CompletionsServer, record_p
             answered += 1
 
     try:
+        # Every session ready first: the figures are for editors typing, not for servers starting.
+        await within(asyncio.gather(*(reaches(c, "ready") for c in clients)))
         await within(asyncio.gather(*(edit(i, c) for i, c in enumerate(clients))))
         assert all(s["state"] != "error" for c in clients for s in statuses(c))
     finally:
@@ -125,7 +126,7 @@ async def test_eight_editor_sessions_at_once(server: CompletionsServer, record_p
     assert answered == wanted  # every request answered
     assert server.counters.completed == server.counters.completions == wanted  # each reached the model once
     assert server.counters.disconnected == server.counters.aborted == 0
-    ordered = sorted(latencies)
+    ordered = sorted(latencies)  # nearest rank; with 24 samples p99 is the slowest one
     p50, p99 = ordered[len(ordered) // 2], ordered[min(len(ordered) - 1, round(0.99 * len(ordered)))]
     record_property("p50_ms", p50)
     record_property("p99_ms", p99)

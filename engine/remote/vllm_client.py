@@ -14,8 +14,9 @@ server-sent events built in, so neither HTTP nor SSE is written here).
 What the API cannot do for DiffusionGemma, and what happens instead:
 - drafts: denoising steps stream nothing, only finished canvases. No draft is
   ever sent; the ready status says why, once.
-- rewrite: no starting canvas can be passed, so the selection is rewritten from
-  the rewrite prompt alone (what `strength` 1 does in process); logged once.
+- rewrite: no starting canvas can be passed, so the rewrite is asked for in
+  the prompt alone: the rewrite instruction carrying the selection's text
+  (`PromptLayout.text(..., selection=)`); `strength` is ignored, logged once.
 - steps, entropy bound, temperatures, early stop are server-wide
   (`--diffusion-config`): per-request values are ignored with a log line.
   `seed` is passed through.
@@ -382,11 +383,11 @@ class VllmEngineClient:
         rewrite = request.selection is not None
         if rewrite and not self._rewrite_logged:
             self._rewrite_logged = True
-            log.info("rewrite over vLLM: no starting canvas can be passed; the selection is rewritten "
-                     "from the rewrite prompt alone (as strength 1), strength %s ignored", request.strength)
+            log.info("rewrite over vLLM: no starting canvas can be passed; the selection goes in the "
+                     "prompt instead and rewriteStrength (%s) is ignored", request.strength)
         body = {
             "model": self.model,
-            "prompt": self._layout.text(request.context, rewrite=rewrite).all,
+            "prompt": self._layout.text(request.context, rewrite=rewrite, selection=request.selection).all,
             "max_tokens": settings.max_tokens or DEFAULT_MAX_TOKENS,
             "n": settings.candidates,
             "stream": True,

@@ -32,6 +32,13 @@ REWRITE_INSTRUCTION = (
     "Reply with only the new code for {marker}: no explanation, no Markdown fences."
 )
 
+REWRITE_FROM_PROMPT_INSTRUCTION = (
+    "Rewrite the code that goes at {marker} in this {language} file, keeping its purpose. "
+    "The code there now is:\n\n{fence}\n{selection}\n```\n\n"
+    "Reply with only the new code for {marker}: no explanation, no Markdown fences."
+)
+"""For engines that cannot start from the selection as a canvas (a remote API): the selection goes in the prompt."""
+
 FIM_TOKEN_SETS = (
     ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
     ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
@@ -83,7 +90,8 @@ class PromptLayout:
         )
         return cls(head, tail, find_fim_tokens(tokenizer.get_vocab()))
 
-    def text(self, context: InfillContext, *, rewrite: bool = False) -> PromptText:
+    def text(self, context: InfillContext, *, rewrite: bool = False, selection: str | None = None) -> PromptText:
+        """The prompt text; a rewrite given `selection` carries it in the instruction (no starting canvas)."""
         # The cursor's own line goes in the tail: it changes with every keystroke.
         line_start = context.prefix.rfind("\n") + 1
         stable_code = context.preamble + context.prefix[:line_start]
@@ -94,10 +102,15 @@ class PromptLayout:
                 stable=prefix_token + stable_code,
                 tail=line_before_cursor + suffix_token + context.suffix + middle_token,
             )
-        instruction = (REWRITE_INSTRUCTION if rewrite else INFILL_INSTRUCTION).format(
-            marker=CURSOR_MARKER, language=context.language
-        )
         fence = "```" + ("" if context.language == "plaintext" else context.language)
+        if rewrite and selection is not None:
+            instruction = REWRITE_FROM_PROMPT_INSTRUCTION.format(
+                marker=CURSOR_MARKER, language=context.language, fence=fence, selection=selection
+            )
+        else:
+            instruction = (REWRITE_INSTRUCTION if rewrite else INFILL_INSTRUCTION).format(
+                marker=CURSOR_MARKER, language=context.language
+            )
         return PromptText(
             stable=f"{self.template_head}{instruction}\n\n{fence}\n{stable_code}",
             tail=f"{line_before_cursor}{CURSOR_MARKER}{context.suffix}\n```{self.template_tail}",

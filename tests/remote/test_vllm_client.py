@@ -110,14 +110,15 @@ async def test_candidates_are_the_models_answers_reassembled_from_the_stream(ser
     assert remote.client.status().state == "ready"
 
 
-async def test_a_rewrite_sends_the_rewrite_prompt_and_ignores_per_request_steps(server, remote: Watched, caplog):
+async def test_a_rewrite_carries_the_selection_in_the_prompt_and_ignores_per_request_steps(server, remote: Watched, caplog):
     builder = PromptBuilder(server.runtime.tokenizer)
     rewrite = DenoiseRequest(context=CONTEXT, settings=GenerationSettings(steps=5, max_tokens=32, seed=3),
                              selection="math.pi * radius ** 2", strength=0.5)
     with caplog.at_level(logging.INFO, logger="dgemma_lsp.engine.remote.vllm_client"):
         result = await remote.denoise(rewrite)
     body = server.counters.bodies[-1]
-    assert body["prompt"] == builder.layout.text(CONTEXT, rewrite=True).all
+    assert body["prompt"] == builder.layout.text(CONTEXT, rewrite=True, selection=rewrite.selection).all
+    assert rewrite.selection in body["prompt"]  # what to rewrite travels in the prompt: no starting canvas
     assert not {"steps", "max_denoising_steps", "suffix"} & body.keys()
     assert len(result.candidates) == 1
     assert len([r for r in caplog.records if r.name == "dgemma_lsp.engine.remote.vllm_client"]) >= 2

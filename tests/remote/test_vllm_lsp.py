@@ -95,6 +95,16 @@ async def test_a_session_through_a_server_outage(server: CompletionsServer):
         await reaches(client, "ready", after=seen)  # recovered with no request from the editor
         await complete(client, uri, *CURSORS[2])
         assert server.counters.completed == 2
+
+        # "Rewrite selection" over the API: the selected line travels in the prompt.
+        selection = lsp.Range(start=lsp.Position(line=0, character=0), end=lsp.Position(line=1, character=0))
+        applied = await within(client.workspace_execute_command_async(lsp.ExecuteCommandParams(
+            command="dgemma.rewriteSelection", arguments=[uri, {"start": {"line": 0, "character": 0},
+                                                                "end": {"line": 1, "character": 0}}])))
+        assert applied["applied"] and len(client.applied_edits) == 1
+        (edit,) = client.applied_edits[0].changes[uri]
+        assert edit.range == selection
+        assert "def area(radius):" in server.counters.bodies[-1]["prompt"]
     finally:
         await close_session(client)
 

@@ -1,4 +1,4 @@
-"""`dgemma-lsp [--stdio] [--tcp HOST:PORT] [--engine ...]`: build the engine client and serve LSP.
+"""`dgemma-lsp [--stdio] [--tcp HOST:PORT] [--engine ...] [--engine-url URL]`: build the engine client and serve LSP.
 
 Owns the serving flags and the choice of engine client; the protocol itself
 lives in lsp_server.py. stdout carries only the protocol: logging is set up by
@@ -17,9 +17,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stdio", action="store_true", help="serve LSP over stdin/stdout (the default)")
     parser.add_argument("--tcp", default=None, metavar="HOST:PORT", help="serve LSP over TCP instead")
     parser.add_argument(
-        "--engine", default="auto", choices=["auto", "inprocess", "daemon"],
+        "--engine", default="auto", choices=["auto", "inprocess", "daemon", "vllm"],
         help="where the model runs: the user's resident engine daemon, started when absent "
-             "(auto, daemon), or in this process (inprocess)",
+             "(auto, daemon), in this process (inprocess), or a vLLM server at --engine-url (vllm)",
+    )
+    parser.add_argument(
+        "--engine-url", default="http://127.0.0.1:8000/v1", metavar="URL",
+        help="--engine vllm: the server's OpenAI-compatible API (its key comes from $DGEMMA_LSP_API_KEY; "
+             "--model names the model it serves)",
     )
     parser.add_argument(
         "--idle-unload", type=float, default=900.0, metavar="SECONDS",
@@ -28,7 +33,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def make_engine_client(args: argparse.Namespace):
-    """The EngineClient for --engine: `auto` and `daemon` attach to the resident daemon, starting it when absent."""
+    """The EngineClient for --engine: `auto` and `daemon` attach to the resident daemon, starting it when absent;
+    `vllm` talks to a remote server (engine/remote/)."""
+    if args.engine == "vllm":
+        from dgemma_lsp.engine.remote.vllm_client import VllmEngineClient
+
+        return VllmEngineClient.from_args(args)
     if args.engine in ("auto", "daemon"):
         from dgemma_lsp.engine.daemon.client import DaemonEngineClient
 

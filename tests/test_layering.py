@@ -80,3 +80,32 @@ def test_a_language_server_on_a_daemon_loads_no_torch():
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+TORCH_FREE_RUNTIME_MODULES = ("dgemma_lsp.engine.runtime.prompting", "dgemma_lsp.engine.runtime.loading",
+                              "dgemma_lsp.engine.runtime.tiny_model")
+"""What the remote room may take from the runtime: modules that import torch only inside functions it never calls."""
+
+
+def test_remote_room_is_torch_free_and_needs_no_daemon():
+    assert offenders("engine/remote", ("torch", "transformers", "dgemma_lsp.engine.daemon")) == []
+    for path, names in imported_modules("engine/remote").items():
+        for name in names:
+            if name.startswith("dgemma_lsp.engine.runtime."):
+                assert any(name == m or name.startswith(m + ".") for m in TORCH_FREE_RUNTIME_MODULES), (
+                    f"{path} imports {name}"
+                )
+
+
+def test_a_language_server_on_a_remote_engine_loads_no_torch():
+    """Building the vLLM client and its prompt layout (the tiny model's template) pulls in no torch."""
+    from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
+
+    ensure_tiny_model()  # its tokenizer files are what the layout reads
+    code = ("import sys, argparse; from dgemma_lsp.server import serve, lsp_server; "
+            "from dgemma_lsp.engine.remote.template import load_layout; "
+            "serve.make_engine_client(argparse.Namespace(engine='vllm', engine_url='http://127.0.0.1:9/v1', "
+            "model='tiny')); load_layout('tiny'); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -8,8 +8,10 @@ how BPE merges across it.
 
 Layout: the natural one (prefix, marker, suffix) inside the model's own chat
 template as an instruction, because the Gemma vocabulary has no FIM tokens.
-When a tokenizer does have FIM tokens, the PSM form is used instead. Knows the
-tokenizer; knows nothing of torch or LSP.
+When a tokenizer does have FIM tokens, the PSM form is used instead.
+`PromptLayout` lays the text out and needs no tokenizer (a remote engine sends
+that text as it is); `PromptBuilder` encodes it. Knows the tokenizer; knows
+nothing of torch or LSP (importing this module loads neither).
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ REWRITE_INSTRUCTION = (
     "Reply with only the new code for {marker}: no explanation, no Markdown fences."
 )
 
+REWRITE_FROM_PROMPT_INSTRUCTION = (
+    "Rewrite the code that goes at {marker} in this {language} file, keeping its purpose. "
+    "The code there now is:\n\n{fence}\n{selection}\n```\n\n"
+    "Reply with only the new code for {marker}: no explanation, no Markdown fences."
+)
+"""For engines that cannot start from the selection as a canvas (a remote API): the selection goes in the prompt."""
+
 FIM_TOKEN_SETS = (
     ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
     ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
@@ -47,44 +56,97 @@ class PromptIds(msgspec.Struct, frozen=True):
         return self.stable + self.tail
 
 
-class PromptBuilder:
-    """Turns an InfillContext into PromptIds for one tokenizer."""
+class PromptText(msgspec.Struct, frozen=True):
+    """The text of one prompt, split where PromptIds splits it."""
 
-    def __init__(self, tokenizer) -> None:
-        self.tokenizer = tokenizer
-        self.fim_tokens = _find_fim_tokens(tokenizer)
+    stable: str
+    tail: str
+
+    @property
+    def all(self) -> str:
+        return self.stable + self.tail
+
+
+class PromptLayout:
+    """Lays an InfillContext out as prompt text, given the chat template's head and tail.
+
+    Needs no tokenizer: a remote engine (engine/remote/) builds one from the served
+    model's tokenizer files and sends the text; PromptBuilder builds one from a
+    loaded tokenizer and encodes the text. Both therefore send the same prompt.
+    """
+
+    def __init__(self, template_head: str, template_tail: str, fim_tokens: tuple[str, str, str] | None = None):
+        self.template_head = template_head
+        self.template_tail = template_tail
+        self.fim_tokens = fim_tokens
+
+    @classmethod
+    def from_tokenizer(cls, tokenizer) -> PromptLayout:
         # Render the chat template around a placeholder once, to learn its head and tail text.
-        placeholder = "\x00CONTENT\x00"
-        rendered = tokenizer.apply_chat_template(
-            [{"role": "user", "content": placeholder}], add_generation_prompt=True, tokenize=False
+        head, tail = split_rendered_template(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": TEMPLATE_PLACEHOLDER}], add_generation_prompt=True, tokenize=False
+            )
         )
-        self.template_head, self.template_tail = rendered.split(placeholder)
+        return cls(head, tail, find_fim_tokens(tokenizer.get_vocab()))
 
-    def build(self, context: InfillContext, *, rewrite: bool = False) -> PromptIds:
+    def text(self, context: InfillContext, *, rewrite: bool = False, selection: str | None = None) -> PromptText:
+        """The prompt text; a rewrite given `selection` carries it in the instruction (no starting canvas)."""
         # The cursor's own line goes in the tail: it changes with every keystroke.
         line_start = context.prefix.rfind("\n") + 1
         stable_code = context.preamble + context.prefix[:line_start]
         line_before_cursor = context.prefix[line_start:]
         if self.fim_tokens and not rewrite:
             prefix_token, suffix_token, middle_token = self.fim_tokens
-            stable_text = prefix_token + stable_code
-            tail_text = line_before_cursor + suffix_token + context.suffix + middle_token
+            return PromptText(
+                stable=prefix_token + stable_code,
+                tail=line_before_cursor + suffix_token + context.suffix + middle_token,
+            )
+        fence = "```" + ("" if context.language == "plaintext" else context.language)
+        if rewrite and selection is not None:
+            instruction = REWRITE_FROM_PROMPT_INSTRUCTION.format(
+                marker=CURSOR_MARKER, language=context.language, fence=fence, selection=selection
+            )
         else:
             instruction = (REWRITE_INSTRUCTION if rewrite else INFILL_INSTRUCTION).format(
                 marker=CURSOR_MARKER, language=context.language
             )
-            fence = "```" + ("" if context.language == "plaintext" else context.language)
-            stable_text = f"{self.template_head}{instruction}\n\n{fence}\n{stable_code}"
-            tail_text = f"{line_before_cursor}{CURSOR_MARKER}{context.suffix}\n```{self.template_tail}"
-        return PromptIds(stable=self._encode(stable_text), tail=self._encode(tail_text))
+        return PromptText(
+            stable=f"{self.template_head}{instruction}\n\n{fence}\n{stable_code}",
+            tail=f"{line_before_cursor}{CURSOR_MARKER}{context.suffix}\n```{self.template_tail}",
+        )
+
+
+class PromptBuilder:
+    """Turns an InfillContext into PromptIds for one tokenizer."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.layout = PromptLayout.from_tokenizer(tokenizer)
+        self.fim_tokens = self.layout.fim_tokens
+
+    def build(self, context: InfillContext, *, rewrite: bool = False) -> PromptIds:
+        text = self.layout.text(context, rewrite=rewrite)
+        return PromptIds(stable=self._encode(text.stable), tail=self._encode(text.tail))
 
     def _encode(self, text: str) -> list[int]:
         # The template already carries <bos>: never let the tokenizer add another.
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def _find_fim_tokens(tokenizer) -> tuple[str, str, str] | None:
-    vocab = tokenizer.get_vocab()
+TEMPLATE_PLACEHOLDER = "\x00CONTENT\x00"
+"""The user message the chat template is rendered around; split on it to get head and tail."""
+
+
+def split_rendered_template(rendered: str) -> tuple[str, str]:
+    """(head, tail) of a chat template rendered around TEMPLATE_PLACEHOLDER."""
+    head, found, tail = rendered.partition(TEMPLATE_PLACEHOLDER)
+    assert found, "the chat template dropped the user message"
+    return head, tail
+
+
+def find_fim_tokens(vocab) -> tuple[str, str, str] | None:
+    """The first FIM token set whose three tokens are all in `vocab` (a container of token strings)."""
     for names in FIM_TOKEN_SETS:
         if all(name in vocab for name in names):
             return names

@@ -43,7 +43,7 @@ export interface ServerLaunch { command: string; args: string[] }
 export function resolveServer(): ServerLaunch | undefined {
   const config = vscode.workspace.getConfiguration('dgemma');
   const configured = config.get<string>('server.path', 'dgemma-lsp').trim() || 'dgemma-lsp';
-  const args = [...config.get<string[]>('server.args', []), '--stdio'];
+  const args = [...config.get<string[]>('server.args', []), ...engineArgs(config), '--stdio'];
   const candidates: string[] = [];
   if (path.isAbsolute(configured)) {
     candidates.push(configured);
@@ -63,6 +63,14 @@ export function resolveServer(): ServerLaunch | undefined {
   }
   const command = candidates.find(isExecutable);
   return command ? { command, args } : undefined;
+}
+
+/** `--engine` (and, for a vLLM server, `--engine-url`) when not the server's default. */
+function engineArgs(config: vscode.WorkspaceConfiguration): string[] {
+  const engine = config.get<string>('server.engine', 'auto');
+  if (engine === 'auto') return [];
+  const url = config.get<string>('server.engineUrl', '').trim();
+  return engine === 'vllm' && url ? ['--engine', engine, '--engine-url', url] : ['--engine', engine];
 }
 
 function isExecutable(file: string): boolean {

@@ -5,6 +5,13 @@ local M = {}
 M.defaults = {
   -- Command that starts the language server over stdio.
   cmd = { 'dgemma-lsp', '--stdio' },
+  -- Where the model runs, as flags added to `cmd`: nil keeps the server's default (this machine's
+  -- resident engine); 'vllm' uses a team's vLLM server at `engine_url` (nil: http://127.0.0.1:8000/v1).
+  engine = nil,
+  engine_url = nil,
+  -- That server's API key, handed to the server process as $DGEMMA_LSP_API_KEY (never on its
+  -- command line); nil inherits Neovim's environment. E.g. `api_key = os.getenv('TEAM_GPU_KEY')`.
+  api_key = nil,
   -- Filetypes the server attaches to.
   filetypes = {
     'python', 'javascript', 'javascriptreact', 'typescript', 'typescriptreact',
@@ -47,6 +54,27 @@ function M.merge(opts)
     end
   end
   return merged
+end
+
+--- The server command: `cmd` plus the engine flags of `engine` / `engine_url`.
+---@param cfg table a merged config
+---@return string[]
+function M.command(cfg)
+  local command = vim.deepcopy(cfg.cmd)
+  if cfg.engine then
+    vim.list_extend(command, { '--engine', cfg.engine })
+  end
+  if cfg.engine_url then
+    vim.list_extend(command, { '--engine-url', cfg.engine_url })
+  end
+  return command
+end
+
+--- Extra environment of the server process (the API key), or nil.
+---@param cfg table a merged config
+---@return table<string, string>|nil
+function M.command_env(cfg)
+  return cfg.api_key and { DGEMMA_LSP_API_KEY = cfg.api_key } or nil
 end
 
 return M

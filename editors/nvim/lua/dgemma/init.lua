@@ -116,7 +116,8 @@ function M.setup(opts)
   -- Assigning (rather than calling vim.lsp.config()) replaces the config: a deep merge would mix
   -- an old, longer `cmd` list into a new one.
   vim.lsp.config[dlsp.name] = {
-    cmd = cfg.cmd,
+    cmd = config.command(cfg),
+    cmd_env = config.command_env(cfg),
     filetypes = cfg.filetypes,
     root_markers = cfg.root_markers,
     init_options = cfg.settings,

@@ -237,16 +237,14 @@ class DGemmaServer(LanguageServer):
     def inline_items(self, lines: LineIndex, cursor: int, result: list[Suggestion] | Superseded):
         if isinstance(result, Superseded):
             return lsp.InlineCompletionList(items=[])
-        items = []
-        for suggestion in result:
-            pure_insert = suggestion.start == suggestion.end == cursor
-            items.append(
-                lsp.InlineCompletionItem(
-                    insert_text=suggestion.text,
-                    range=None if pure_insert else self.to_range(lines, suggestion.start, suggestion.end),
-                )
-            )
-        return lsp.InlineCompletionList(items=items)
+        # Always a range, [cursor, cursor) for a plain insert: the spec makes it optional, but
+        # lsp-mode reads it unconditionally (an item without one shows nothing there), and
+        # VS Code and Neovim 0.12 treat an empty range as an insert at the cursor.
+        return lsp.InlineCompletionList(items=[
+            lsp.InlineCompletionItem(insert_text=suggestion.text,
+                                     range=self.to_range(lines, suggestion.start, suggestion.end))
+            for suggestion in result
+        ])
 
     async def rewrite_edit(self, uri: str, range_: lsp.Range) -> lsp.WorkspaceEdit:
         document = self.document(uri)

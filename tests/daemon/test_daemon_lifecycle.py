@@ -75,6 +75,24 @@ def test_status_and_stop_without_model_act_on_every_engine_and_model_options_nar
     assert not any(lock_is_held(path) for path in runtime_dir.glob("*.pid"))
 
 
+def test_a_daemon_whose_endpoint_names_no_engine_is_listed_and_stopped_by_its_pid(runtime_dir):
+    # What an older dgemma-lsp left running after an upgrade: its endpoint file says no key.
+    started = dgemma("engine", "start", "--json", "--idle-unload", "0")
+    assert started.returncode == 0, started.stderr
+    pid = json.loads(started.stdout)["pid"]
+    paths = EnginePaths.for_key(engine_key("tiny"))
+    endpoint = json.loads(paths.endpoint.read_text())
+    del endpoint["engine"]
+    paths.endpoint.write_text(json.dumps(endpoint))
+
+    (listed,) = json.loads(dgemma("engine", "status", "--json", model=None).stdout)
+    assert (listed["pid"], listed["state"], listed["model"]) == (pid, "unknown", None)
+    stopped = dgemma("engine", "stop", "--json", model=None)
+    assert stopped.returncode == 0, stopped.stderr
+    assert [e["pid"] for e in json.loads(stopped.stdout)] == [pid]
+    assert not lock_is_held(paths.pid_lock)
+
+
 async def test_auto_spawn_idle_unload_reload_and_stop_under_a_client(runtime_dir):
     key = engine_key("tiny")
     client = DaemonEngineClient(key, idle_unload=0.5, name="test")

@@ -20,11 +20,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)  ## infill at a cursor in examples/ through `dgemma-lsp --stdio` on the tiny model
 	$(PY) examples/demo.py
 
-test: $(STAMP) tools  ## the whole test suite (engine, server over stdio, real Neovim 0.11 + 0.12)
+test: $(STAMP) tools  ## the whole test suite (engine, server over stdio, real Neovim 0.11 + 0.12, Emacs lsp-mode)
 	$(PY) -m pytest -q
 
-tools: $(STAMP)  ## editors the tests drive (Neovim 0.11 + 0.12), into .tools/
+tools: $(STAMP)  ## editors the tests drive (Neovim 0.11 + 0.12, Emacs + lsp-mode 10), into .tools/
 	bash editors/nvim/scripts/install-nvim.sh
+	bash editors/emacs/scripts/install-emacs.sh
 
 e2e: $(STAMP)  ## real VS Code (code-server in headless Chromium) against the server
 	bash editors/vscode/scripts/e2e.sh

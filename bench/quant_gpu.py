@@ -202,18 +202,16 @@ def format_table(report: QuantReport) -> str:
 
 
 def add_arguments(parser) -> None:
-    from dgemma_lsp.engine.runtime.quantization import DEFAULT_GROUP_SIZE, MODES
-
+    # The CLI builds this parser on every start (`--stdio` and `engine serve` too): the
+    # defaults come from the quantization module in run(), so parsing never imports torch.
     parser.add_argument(
         "--scale",
         choices=sorted(SCALES),
         default="full",
         help="full: the real architecture (needs CUDA); tiny: the same code on a shrunk config",
     )
-    parser.add_argument(
-        "--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}"
-    )
-    parser.add_argument("--group-size", type=int, default=DEFAULT_GROUP_SIZE, help="inputs per scale")
+    parser.add_argument("--modes", default=None, help="comma-separated subset of none,fp8,int8,int4 (default all)")
+    parser.add_argument("--group-size", type=int, default=None, help="inputs per scale (default 128)")
     parser.add_argument("--prompt-tokens", type=int, default=None, help="prompt length in the cache")
     parser.add_argument("--steps", type=int, default=5, help="timed denoising steps per mode (median)")
 
@@ -221,9 +219,9 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import torch
 
-    from dgemma_lsp.engine.runtime.quantization import MODES
+    from dgemma_lsp.engine.runtime.quantization import DEFAULT_GROUP_SIZE, MODES
 
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    modes = [m.strip() for m in (args.modes or ",".join(MODES)).split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
         _say(f"dgemma-lsp bench quant: unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
@@ -244,7 +242,7 @@ def run(args) -> int:
         device,
         dtype,
         modes,
-        group_size=args.group_size,
+        group_size=args.group_size or DEFAULT_GROUP_SIZE,
         prompt_tokens=args.prompt_tokens,
         steps=args.steps,
         log=_say,

@@ -44,7 +44,8 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_logging_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-file", default=None, help="write logs here instead of stderr")
-    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    parser.add_argument("--log-level", default="WARNING", type=str.upper,  # `debug` or `Debug` too
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
 
 def build_parser() -> argparse.ArgumentParser:

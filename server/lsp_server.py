@@ -23,7 +23,7 @@ import cattrs
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, default_converter
 from pygls.protocol.language_server import lsp_method
 
 from dgemma_lsp.engine import errors
@@ -59,7 +59,9 @@ class DGemmaProtocol(LanguageServerProtocol):
     """pygls' protocol, plus: malformed params get a JSON-RPC error instead of silence.
 
     pygls 2.1.1 logs a request whose params do not decode and never answers it,
-    which leaves the editor waiting forever.
+    which leaves the editor waiting forever. Answering needs `_send_response`, which
+    has no public twin: pyproject.toml pins pygls to 2.1.x for it (tests/server
+    send malformed params and see the answer, so an upgrade that breaks it fails there).
     """
 
     def structure_message(self, data: dict[str, Any]):
@@ -118,7 +120,10 @@ class DGemmaServer(LanguageServer):
     """Holds the session state; handlers are registered by `build_server`."""
 
     def __init__(self, engine: EngineClient, version: str = "0") -> None:
-        super().__init__("dgemma-lsp", version, protocol_cls=DGemmaProtocol)
+        # Our own handle on the converter pygls uses (its `protocol._converter` is private).
+        self.converter = default_converter()
+        super().__init__("dgemma-lsp", version, protocol_cls=DGemmaProtocol,
+                         converter_factory=lambda: self.converter)
         self.engine = engine
         self.documents = DocumentStore()
         self.settings = ServerSettings()
@@ -130,6 +135,8 @@ class DGemmaServer(LanguageServer):
         self._load_progress: str | None = None
         self._load_error_shown = False
         self._closing: asyncio.Future | None = None
+        self.shutdown_requested = False
+        """Set by `shutdown`: the process exits 0 on `exit` only after it (LSP's rule)."""
 
     # -- translation helpers -------------------------------------------------------
 
@@ -230,16 +237,14 @@ class DGemmaServer(LanguageServer):
     def inline_items(self, lines: LineIndex, cursor: int, result: list[Suggestion] | Superseded):
         if isinstance(result, Superseded):
             return lsp.InlineCompletionList(items=[])
-        items = []
-        for suggestion in result:
-            pure_insert = suggestion.start == suggestion.end == cursor
-            items.append(
-                lsp.InlineCompletionItem(
-                    insert_text=suggestion.text,
-                    range=None if pure_insert else self.to_range(lines, suggestion.start, suggestion.end),
-                )
-            )
-        return lsp.InlineCompletionList(items=items)
+        # Always a range, [cursor, cursor) for a plain insert: the spec makes it optional, but
+        # lsp-mode reads it unconditionally (an item without one shows nothing there), and
+        # VS Code and Neovim 0.12 treat an empty range as an insert at the cursor.
+        return lsp.InlineCompletionList(items=[
+            lsp.InlineCompletionItem(insert_text=suggestion.text,
+                                     range=self.to_range(lines, suggestion.start, suggestion.end))
+            for suggestion in result
+        ])
 
     async def rewrite_edit(self, uri: str, range_: lsp.Range) -> lsp.WorkspaceEdit:
         document = self.document(uri)
@@ -360,15 +365,17 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
             return []
         title = "Rewrite selection (DiffusionGemma)"
         if _client_resolves_edits(ls.client_capabilities):
-            data = {"uri": document.uri, "version": document.version, "range": ls.protocol._converter.unstructure(params.range)}
+            data = {"uri": document.uri, "version": document.version, "range": ls.converter.unstructure(params.range)}
             return [lsp.CodeAction(title=title, kind=lsp.CodeActionKind.RefactorRewrite, data=data)]
         command = lsp.Command(
-            title=title, command=REWRITE_COMMAND, arguments=[document.uri, ls.protocol._converter.unstructure(params.range)]
+            title=title, command=REWRITE_COMMAND, arguments=[document.uri, ls.converter.unstructure(params.range)]
         )
         return [lsp.CodeAction(title=title, kind=lsp.CodeActionKind.RefactorRewrite, command=command)]
 
     @server.feature(lsp.CODE_ACTION_RESOLVE)
     async def code_action_resolve(ls: DGemmaServer, action: lsp.CodeAction) -> lsp.CodeAction:
+        if action.data is None:  # e.g. the command form: nothing to resolve, so nothing changes
+            return action
         uri, range_, version = _rewrite_data(ls, action.data)
         if version is not None and ls.document(uri).version != version:
             raise JsonRpcException("the document changed since the action was offered", code=CONTENT_MODIFIED)
@@ -401,6 +408,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: DGemmaServer, params: None) -> None:
         # Synchronous on purpose: `exit` may follow at once, and must find the shutdown done.
+        ls.shutdown_requested = True
         ls.scheduler.cancel_all()
         ls._closing = asyncio.ensure_future(ls.engine.close())
 
@@ -425,7 +433,7 @@ def _rewrite_data(ls: DGemmaServer, data: Any) -> tuple[str, lsp.Range, int | No
     if not isinstance(data, dict) or not isinstance(data.get("uri"), str):
         raise JsonRpcInvalidParams("expected {uri, range} for the rewrite")
     try:
-        range_ = ls.protocol._converter.structure(data.get("range"), lsp.Range)
+        range_ = ls.converter.structure(data.get("range"), lsp.Range)
     except Exception:
         raise JsonRpcInvalidParams(f"not an LSP range: {data.get('range')!r}") from None
     version = data.get("version")

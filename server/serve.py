@@ -65,4 +65,4 @@ def run(args: argparse.Namespace) -> int:
     else:
         server.start_io()
     # pygls swallows the SystemExit of `exit`; the LSP rule: 0 after shutdown, 1 otherwise.
-    return 0 if server.protocol._shutdown else 1
+    return 0 if server.shutdown_requested else 1

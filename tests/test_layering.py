@@ -109,3 +109,13 @@ def test_a_language_server_on_a_remote_engine_loads_no_torch():
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_command_line_parses_without_torch():
+    """Every `dgemma-lsp` start builds the whole parser: `--stdio` and a respawned `engine serve`
+    must not pay torch's import before they answer."""
+    code = ("import sys; from dgemma_lsp.server import cli; "
+            "cli.build_parser().parse_args(['engine', 'serve', '--model', 'tiny']); "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

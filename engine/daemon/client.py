@@ -10,10 +10,12 @@ over the daemon protocol (engine/daemon/protocol.py). One per language server:
   and log to the runtime dir, never to the editor's stdout.
 - `denoise()` submits a job; drafts arrive as frames; cancelling the awaiting
   task sends a Cancel and waits (one denoising step) for the daemon to let go.
-- When the connection drops (daemon killed, crashed, stopped), every waiting
-  call fails with EngineUnavailableError, the status turns "error" with a
-  message, and a new connection (respawning the daemon) starts at once, so
-  the next completion works without restarting the editor.
+- When the connection drops (daemon killed or crashed), the status turns
+  "error" with a message and a new connection (respawning the daemon) starts
+  at once, not at the next request; every request that was waiting is sent
+  again to the new daemon, once, so the user's last keystroke is still
+  answered. A daemon stopped on purpose (`engine stop`) fails waiting calls
+  with EngineUnavailableError and starts again only when work comes.
 
 Knows asyncio, the protocol and the engine's public types; knows nothing of
 LSP. Never imports torch: the daemon process does, when it loads the model.
@@ -80,6 +82,10 @@ DEFAULT_IDLE_UNLOAD_S = 900.0
 
 class DaemonNotRunningError(errors.EngineError):
     """No daemon answers for this engine (and we were not asked to start one)."""
+
+
+class ConnectionLostError(EngineUnavailableError):
+    """The daemon's connection dropped under a waiting request: `denoise` sends it again once."""
 
 
 # -- reaching a daemon -----------------------------------------------------------------------
@@ -372,13 +378,26 @@ class DaemonEngineClient:
         self._listeners.append(listener)
 
     async def denoise(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
+        try:
+            return await self._denoise_once(request, on_draft)
+        except ConnectionLostError as error:
+            # The daemon died under this request (kill -9, crash) and a new one is on its way:
+            # the user is still waiting for this answer, so ask the new daemon. Only once, in
+            # case this very request is what brought the daemon down.
+            log.info("%s; sending the request again", error)
+        try:
+            return await self._denoise_once(request, on_draft)
+        except ConnectionLostError as error:
+            raise EngineUnavailableError(str(error)) from None
+
+    async def _denoise_once(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
         session = await self._attached()
         job_id = next(self._ids)
         done: asyncio.Future[DenoiseResult] = asyncio.get_running_loop().create_future()
         self._jobs[job_id] = (done, on_draft)
         try:
             if not session.alive:  # it died while we resumed: _on_closed has already failed the others
-                raise EngineUnavailableError("the engine daemon went away; restarting it")
+                raise ConnectionLostError(f"the engine daemon (pid {session.pid}) went away; restarting it")
             session.send(Submit(id=job_id, request=request))
             return await asyncio.shield(done)
         except asyncio.CancelledError:
@@ -468,10 +487,11 @@ class DaemonEngineClient:
         why = f": {error}" if error else ""
         message = f"the engine daemon (pid {session.pid}) went away{why}; restarting it"
         log.warning(message)
-        self._fail_jobs(EngineUnavailableError(message))
+        # Respawn first, then wake the waiting requests: they find the new connection under way.
         self._set_status(state="error", message=message)
         if self._connecting is None:
             self._connect_in_background()
+        self._fail_jobs(ConnectionLostError(message))
 
     def _on_message(self, message) -> None:
         if isinstance(message, DraftFrame):

@@ -149,6 +149,9 @@ class EngineDaemon:
             write_private(self.paths.endpoint, json.dumps({
                 "transport": self.transport, "address": self.address, "pid": os.getpid(),
                 "protocol": PROTOCOL_VERSION,
+                # What this daemon serves, so `engine status|stop` can find every engine of the user.
+                "engine": {"model": self.key.model, "device": self.key.device, "dtype": self.key.dtype,
+                           "quantization": self.key.quantization},
             }))
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):

@@ -7,7 +7,7 @@ write to it. One daemon serves one EngineKey (model, device, dtype,
 quantization); its files are named `engine-<hash of the key>.*`:
 
   .sock   the Unix socket (mode 0600)                 .token  the shared secret (0600)
-  .json   the endpoint (transport, address, pid)      .log    the daemon's log
+  .json   the endpoint (transport, address, pid, key) .log    the daemon's log
   .lock   held by whoever is spawning a daemon        .pid    held (flock) by the live daemon
 
 Knows the filesystem and the OS; knows nothing of msgpack, torch or LSP.
@@ -16,6 +16,7 @@ Knows the filesystem and the OS; knows nothing of msgpack, torch or LSP.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import secrets
 import stat
@@ -99,6 +100,44 @@ class EnginePaths:
     log = property(lambda self: self._file(".log"))
     spawn_lock = property(lambda self: self._file(".lock"))
     pid_lock = property(lambda self: self._file(".pid"))
+
+
+@dataclass(frozen=True)
+class RunningEngine:
+    """A live daemon found in the runtime dir."""
+
+    paths: EnginePaths
+    pid: int
+    """From its pid file (0 when unreadable)."""
+    key: EngineKey | None
+    """What it serves, from its endpoint file; None while it starts up or when an older
+    version wrote the file (it can still be stopped by its pid)."""
+
+
+def running_engines(folder: Path | None = None) -> list[RunningEngine]:
+    """Every daemon of this user alive now (one whose pid lock is held), in file-name order."""
+    engines = []
+    for pid_file in sorted((folder or runtime_dir()).glob("engine-*.pid")):
+        if not lock_is_held(pid_file):
+            continue  # a daemon that exited (or was killed) leaves its files: not running
+        paths = EnginePaths(pid_file.parent, pid_file.stem)
+        engines.append(RunningEngine(paths, _read_pid(pid_file), _read_key(paths.endpoint)))
+    return engines
+
+
+def _read_pid(path: Path) -> int:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _read_key(endpoint: Path) -> EngineKey | None:
+    try:
+        fields = json.loads(endpoint.read_text())["engine"]
+        return EngineKey(**{name: str(fields[name]) for name in ("model", "device", "dtype", "quantization")})
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def write_private(path: Path, text: str) -> None:

@@ -66,15 +66,23 @@ async def raw_hello(paths, hello: Hello):
         writer.close()
 
 
-def dgemma(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess:
-    """Run the real CLI with this process's environment (and so its runtime dir)."""
+def dgemma(*args: str, timeout: float = TIMEOUT, model: str | None = "tiny") -> subprocess.CompletedProcess:
+    """Run the real CLI with this process's environment (and so its runtime dir); `--model`
+    is added unless `args` has one or `model` is None."""
+    if model is not None and "--model" not in args:
+        args = (*args, "--model", model)
     return subprocess.run(
-        [sys.executable, "-m", "dgemma_lsp.server.cli", *args, *([] if "--model" in args else ["--model", "tiny"])],
+        [sys.executable, "-m", "dgemma_lsp.server.cli", *args],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
 
 
 def engine_status(*extra: str) -> dict:
+    """`engine status --json` narrowed to one daemon (the tiny model's unless `extra` says):
+    its entry, or `{"running": False}`."""
     done = dgemma("engine", "status", "--json", *extra)
     assert done.returncode in (0, 3), done.stderr
-    return json.loads(done.stdout)
+    engines = json.loads(done.stdout)
+    assert isinstance(engines, list) and len(engines) <= 1, engines
+    assert (done.returncode == 0) == bool(engines)
+    return engines[0] if engines else {"running": False}

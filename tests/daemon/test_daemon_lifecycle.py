@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import stat
 from concurrent.futures import ThreadPoolExecutor
 
+import msgspec
 import pytest
 from daemon_helpers import dgemma, engine_status, quick, raw_hello, wait_for_status, within
 
@@ -42,6 +44,55 @@ def test_engine_start_status_stop(runtime_dir):
     assert dgemma("engine", "stop").returncode == 0  # stopping nothing is fine
 
 
+def test_status_and_stop_without_model_act_on_every_engine_and_model_options_narrow(runtime_dir):
+    float32 = ("--dtype", "float32")  # the tiny model again, as a second engine with its own daemon
+    pids = {}
+    for dtype, extra in (("auto", ()), ("float32", float32)):
+        started = dgemma("engine", "start", "--json", "--idle-unload", "0", *extra)
+        assert started.returncode == 0, started.stderr
+        pids[dtype] = json.loads(started.stdout)["pid"]
+    assert pids["auto"] != pids["float32"]
+
+    every = dgemma("engine", "status", "--json", model=None)
+    assert every.returncode == 0, every.stderr
+    listed = json.loads(every.stdout)
+    assert {(e["model"], e["dtype"], e["pid"]) for e in listed} == {("tiny", d, pid) for d, pid in pids.items()}
+    assert all(e["running"] for e in listed)
+    assert dgemma("engine", "status", model=None).stdout.count("engine daemon pid") == 2
+    assert engine_status(*float32)["pid"] == pids["float32"]  # --model tiny --dtype float32: that one
+    assert dgemma("engine", "status", "--json", model="some/other-model").returncode == 3
+
+    narrowed = dgemma("engine", "stop", "--json", *float32)
+    assert narrowed.returncode == 0, narrowed.stderr
+    assert [e["pid"] for e in json.loads(narrowed.stdout)] == [pids["float32"]]
+    assert [e["pid"] for e in json.loads(dgemma("engine", "status", "--json", model=None).stdout)] == [pids["auto"]]
+
+    rest = dgemma("engine", "stop", "--json", model=None)
+    assert rest.returncode == 0, rest.stderr
+    assert [(e["model"], e["pid"]) for e in json.loads(rest.stdout)] == [("tiny", pids["auto"])]
+    nothing = dgemma("engine", "status", "--json", model=None)
+    assert (nothing.returncode, json.loads(nothing.stdout)) == (3, [])
+    assert not any(lock_is_held(path) for path in runtime_dir.glob("*.pid"))
+
+
+def test_a_daemon_whose_endpoint_names_no_engine_is_listed_and_stopped_by_its_pid(runtime_dir):
+    # What an older dgemma-lsp left running after an upgrade: its endpoint file says no key.
+    started = dgemma("engine", "start", "--json", "--idle-unload", "0")
+    assert started.returncode == 0, started.stderr
+    pid = json.loads(started.stdout)["pid"]
+    paths = EnginePaths.for_key(engine_key("tiny"))
+    endpoint = json.loads(paths.endpoint.read_text())
+    del endpoint["engine"]
+    paths.endpoint.write_text(json.dumps(endpoint))
+
+    (listed,) = json.loads(dgemma("engine", "status", "--json", model=None).stdout)
+    assert (listed["pid"], listed["state"], listed["model"]) == (pid, "unknown", None)
+    stopped = dgemma("engine", "stop", "--json", model=None)
+    assert stopped.returncode == 0, stopped.stderr
+    assert [e["pid"] for e in json.loads(stopped.stdout)] == [pid]
+    assert not lock_is_held(paths.pid_lock)
+
+
 async def test_auto_spawn_idle_unload_reload_and_stop_under_a_client(runtime_dir):
     key = engine_key("tiny")
     client = DaemonEngineClient(key, idle_unload=0.5, name="test")
@@ -68,6 +119,26 @@ async def test_auto_spawn_idle_unload_reload_and_stop_under_a_client(runtime_dir
         await client.close()
     # The last client gone, the idle timeout ends the daemon itself.
     await within(_until(lambda: not lock_is_held(client.paths.pid_lock)))
+
+
+async def test_a_request_running_when_the_daemon_is_killed_is_answered_by_the_new_daemon(runtime_dir):
+    client = DaemonEngineClient(engine_key("tiny"), name="test")
+    request = quick()
+    request = msgspec.structs.replace(request, settings=msgspec.structs.replace(request.settings, steps=20))
+    running = asyncio.Event()
+    try:
+        await client.start()
+        await wait_for_status(client, lambda status: status.state == "ready")
+        killed_pid = client.daemon_pid
+        assert killed_pid is not None
+        answer = asyncio.create_task(client.denoise(request, lambda draft: running.set()))
+        await within(running.wait())  # the daemon is denoising this request right now
+        os.kill(killed_pid, signal.SIGKILL)
+        # The user is still waiting for this completion: the respawned daemon serves it.
+        assert len((await within(answer)).candidates) == 1
+        assert client.daemon_pid not in (None, killed_pid)
+    finally:
+        await client.close()
 
 
 async def _until(predicate) -> None:

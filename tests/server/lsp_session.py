@@ -120,12 +120,16 @@ def offset_of(text: str, position: lsp.Position, encoding: str) -> int:
 
 
 def apply_item(text: str, cursor: int, item: lsp.InlineCompletionItem, encoding: str) -> str:
-    """What an editor does on accept: replace item.range (or insert at the cursor) with insertText."""
+    """What an editor does on accept: replace item.range with insertText.
+
+    Every item must carry a range ([cursor, cursor) for a plain insert): lsp-mode reads it
+    unconditionally and shows nothing for an item without one."""
     insert = item.insert_text if isinstance(item.insert_text, str) else item.insert_text.value
-    if item.range is None:
-        return text[:cursor] + insert + text[cursor:]
+    assert item.range is not None, "an inline item without a range: lsp-mode cannot show it"
+    assert item.range.start.line == item.range.end.line, "an inline item's range is one line"
     start = offset_of(text, item.range.start, encoding)
     end = offset_of(text, item.range.end, encoding)
+    assert start <= cursor <= end, "an inline item's range holds the cursor"
     return text[:start] + insert + text[end:]
 
 

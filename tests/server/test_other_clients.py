@@ -121,6 +121,20 @@ async def test_rewrite_through_command_and_apply_edit(utf32: LanguageClient):
     assert text_edit.range == selection
 
 
+async def test_resolving_the_command_form_returns_it_unchanged(utf32: LanguageClient):
+    # Neovim 0.12 calls codeAction/resolve even on an action that carries only a command.
+    uri = "file:///tmp/resolve_command.py"
+    text = FIB.read_text()
+    start, end = text.index("    if n < 2:"), text.index("    return \n")
+    selection = lsp.Range(start=position_of(text, start, "utf-32"), end=position_of(text, end, "utf-32"))
+    open_document(utf32, uri, text)
+    (action,) = plain(await within(send_raw(utf32, lsp.TEXT_DOCUMENT_CODE_ACTION, {
+        "textDocument": {"uri": uri}, "range": lsp_json(selection), "context": {"diagnostics": []},
+    })))
+    assert "command" in action and "data" not in action
+    assert plain(await within(send_raw(utf32, lsp.CODE_ACTION_RESOLVE, action))) == action
+
+
 async def test_utf32_client_sees_no_custom_traffic_without_opt_in(utf32: LanguageClient):
     assert utf32.custom == []
 

@@ -283,6 +283,12 @@ function M.setup(opts)
       if M.uses_builtin() then
         vim.lsp.inline_completion.enable(true, { client_id = client.id })
       end
+      -- What the user typed while the client started found nobody to ask, and the built-in asks
+      -- only on the next keystroke: if they are still typing here, ask once now (own path, both
+      -- versions; the built-in takes over from the next keystroke on).
+      if args.buf == vim.api.nvim_get_current_buf() and in_insert_mode() then
+        M.request(args.buf)
+      end
     end,
   })
 

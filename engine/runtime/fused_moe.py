@@ -40,7 +40,9 @@ class LaunchCount:
     inside: bool = False
 
 
-_ACTIVE_COUNT: contextvars.ContextVar[LaunchCount | None] = contextvars.ContextVar("dgemma_launch_count", default=None)
+_ACTIVE_COUNT: contextvars.ContextVar[LaunchCount | None] = contextvars.ContextVar(
+    "dgemma_launch_count", default=None
+)
 
 
 @contextlib.contextmanager
@@ -152,8 +154,12 @@ def fused_experts(
     with scales `[E, H, I/g']`. Per pair: gelu_tanh(x @ gate.T) * (x @ up.T)
     @ down.T * routing weight, summed over the token's top_k pairs.
     """
-    assert hidden_states.dim() == 2 and top_k_index.shape == top_k_weights.shape, "expects [T, H] and [T, top_k]"
-    assert top_k_index.is_contiguous() and top_k_weights.is_contiguous(), "routing tensors index as [T * top_k]"
+    assert hidden_states.dim() == 2 and top_k_index.shape == top_k_weights.shape, (
+        "expects [T, H] and [T, top_k]"
+    )
+    assert top_k_index.is_contiguous() and top_k_weights.is_contiguous(), (
+        "routing tensors index as [T * top_k]"
+    )
     tokens, hidden = hidden_states.shape
     top_k = top_k_index.shape[1]
     num_experts, two_inter, _ = gate_up_data.shape
@@ -162,7 +168,9 @@ def fused_experts(
     group_down = inter // down_scales.shape[-1]
     routing = align_routing(top_k_index, num_experts, block_m_for(tokens * top_k, num_experts))
     max_blocks = routing.block_experts.numel()
-    intermediate = torch.empty(routing.num_pairs, inter, dtype=hidden_states.dtype, device=hidden_states.device)
+    intermediate = torch.empty(
+        routing.num_pairs, inter, dtype=hidden_states.dtype, device=hidden_states.device
+    )
     block_n = _block_n(inter)
     _launch_gemm(
         hidden_states, gate_up_data, gate_up_scales, intermediate, routing, top_k_weights,

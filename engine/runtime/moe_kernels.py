@@ -177,15 +177,21 @@ def dequant_gemm_kernel(
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         ks = k0 + offs_k
-        a = tl.load(a_ptr + a_rows[:, None] * stride_am + ks[None, :] * stride_ak, mask=row_valid[:, None], other=0.0)
+        a = tl.load(
+            a_ptr + a_rows[:, None] * stride_am + ks[None, :] * stride_ak, mask=row_valid[:, None], other=0.0
+        )
         group = k0 // GROUP
         w = _weight_tile(w_base, ks, offs_n, n_valid, stride_wn, stride_wk, MODE, a.dtype)
-        scale = tl.load(s_base + offs_n * stride_sn + group * stride_sg, mask=n_valid, other=0.0).to(tl.float32)
+        scale = tl.load(s_base + offs_n * stride_sn + group * stride_sg, mask=n_valid, other=0.0).to(
+            tl.float32
+        )
         acc += tl.dot(a, w, input_precision=DOT_PRECISION) * scale[None, :]
         if GATED:
             up_n = offs_n + N
             w_up = _weight_tile(w_base, ks, up_n, n_valid, stride_wn, stride_wk, MODE, a.dtype)
-            scale_up = tl.load(s_base + up_n * stride_sn + group * stride_sg, mask=n_valid, other=0.0).to(tl.float32)
+            scale_up = tl.load(s_base + up_n * stride_sn + group * stride_sg, mask=n_valid, other=0.0).to(
+                tl.float32
+            )
             acc_up += tl.dot(a, w_up, input_precision=DOT_PRECISION) * scale_up[None, :]
     if GATED:
         # gelu_tanh(x) = x * (1 + tanh(z)) / 2 = x * sigmoid(2z), z = sqrt(2/pi) * (x + 0.044715 x^3)

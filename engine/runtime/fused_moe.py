@@ -233,7 +233,8 @@ def _launch_gemm(
         s.stride(0), s.stride(1), s.stride(2), out.stride(0), out.stride(1),
         GROUP=group, MODE=moe_kernels.MODE_CODES[mode], ROUTED=routed, GATED=gated,
         ROUTE_WEIGHTED=route_weighted,
-        DOT_PRECISION="ieee" if a.dtype == torch.float32 else "tf32",
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 or interpreting() else "tf32",
+        DOT_FP32=interpreting(),
         BLOCK_M=routing.block_m if routing else block_m, BLOCK_N=block_n, BLOCK_K=block_k,
         num_warps=4,
     )  # fmt: skip

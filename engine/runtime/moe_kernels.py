@@ -89,21 +89,22 @@ def align_routing_kernel(
 
 
 @triton.jit
-def _weight_tile(w_ptrs_base, offs_k, offs_n, n_valid, stride_wn, stride_wk, MODE: tl.constexpr, dtype):
-    """The `[BLOCK_K, BLOCK_N]` tile of unscaled weight values in `dtype` (exact for every mode)."""
-    if MODE == 1:  # int4: two nibbles per byte along K; each byte is loaded for both of its elements
-        ptrs = w_ptrs_base + offs_n[None, :] * stride_wn + (offs_k[:, None] // 2) * stride_wk
-        packed = tl.load(ptrs, mask=n_valid[None, :], other=0).to(tl.int32)
-        nibble = (packed >> ((offs_k[:, None] % 2) * 4)) & 0xF
-        values = (nibble - ((nibble & 0x8) << 1)).to(dtype)  # sign-extend 8..15 -> -8..-1
+def _weight_tile(ptrs, n_mask, nibble_shift, MODE: tl.constexpr, dtype):
+    """The `[BLOCK_K, BLOCK_N]` tile of unscaled weight values at `ptrs`, in `dtype` (exact for every mode).
+
+    int4 `ptrs` point at each element's byte (two rows of K share one) and
+    `nibble_shift` picks its half. Through fp32 first: exact either way, and
+    Triton's interpreter mangles a direct int -> bf16 conversion.
+    """
+    raw = tl.load(ptrs, mask=n_mask, other=0)
+    if MODE == 1:  # int4: element 2i in the low nibble, 2i+1 in the high one
+        nibble = (raw.to(tl.int32) >> nibble_shift) & 0xF
+        values = (nibble - ((nibble & 0x8) << 1)).to(tl.float32)  # sign-extend 8..15 -> -8..-1
     elif MODE == 2:  # fp8 e4m3fn bits stored as uint8
-        ptrs = w_ptrs_base + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk
-        bits = tl.load(ptrs, mask=n_valid[None, :], other=0)
-        values = bits.to(tl.float8e4nv, bitcast=True).to(tl.float32).to(dtype)
+        values = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32)
     else:  # int8
-        ptrs = w_ptrs_base + offs_n[None, :] * stride_wn + offs_k[:, None] * stride_wk
-        values = tl.load(ptrs, mask=n_valid[None, :], other=0).to(dtype)
-    return values
+        values = raw.to(tl.float32)
+    return values.to(dtype)
 
 
 @triton.jit
@@ -137,6 +138,7 @@ def dequant_gemm_kernel(
     GATED: tl.constexpr,
     ROUTE_WEIGHTED: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    DOT_FP32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -147,6 +149,7 @@ def dequant_gemm_kernel(
     is gelu_tanh(a @ gate.T) * (a @ up.T), the DiffusionGemma expert activation.
     ROUTE_WEIGHTED: each row is scaled by its pair's routing weight and added
     atomically into its token's row: the top-k sum happens in the epilogue.
+    DOT_FP32: both dot operands in fp32 (set only under the interpreter).
     """
     pid = tl.program_id(0)
     n_blocks = tl.cdiv(N, BLOCK_N)
@@ -171,28 +174,36 @@ def dequant_gemm_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_valid = offs_n < N
     offs_k = tl.arange(0, BLOCK_K)
-    w_base = w_ptr + expert * stride_we
-    s_base = s_ptr + expert * stride_se
+    # Pointers are built once and advanced per K step (integer math stays out of the loop).
+    a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak  # [BLOCK_M, BLOCK_K]
+    if MODE == 1:
+        k_offsets = (offs_k[:, None] // 2) * stride_wk  # each element's byte
+        k_step = (BLOCK_K // 2) * stride_wk
+    else:
+        k_offsets = offs_k[:, None] * stride_wk
+        k_step = BLOCK_K * stride_wk
+    nibble_shift = (offs_k[:, None] % 2) * 4  # [BLOCK_K, 1]; read only for int4
+    w_ptrs = w_ptr + expert * stride_we + offs_n[None, :] * stride_wn + k_offsets  # [BLOCK_K, BLOCK_N]
+    s_ptrs = s_ptr + expert * stride_se + offs_n * stride_sn  # [BLOCK_N]
+    up_w_offset = N * stride_wn  # GATED: the up rows follow the N gate rows
+    up_s_offset = N * stride_sn
+    n_mask = n_valid[None, :]
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        ks = k0 + offs_k
-        a = tl.load(
-            a_ptr + a_rows[:, None] * stride_am + ks[None, :] * stride_ak, mask=row_valid[:, None], other=0.0
-        )
-        group = k0 // GROUP
-        w = _weight_tile(w_base, ks, offs_n, n_valid, stride_wn, stride_wk, MODE, a.dtype)
-        scale = tl.load(s_base + offs_n * stride_sn + group * stride_sg, mask=n_valid, other=0.0).to(
-            tl.float32
-        )
+        a = tl.load(a_ptrs, mask=row_valid[:, None], other=0.0)
+        if DOT_FP32:  # the interpreter's bf16 dot is wrong; bf16 products are exact in fp32 anyway
+            a = a.to(tl.float32)
+        group_offset = (k0 // GROUP) * stride_sg  # BLOCK_K divides GROUP: one scale per column per step
+        w = _weight_tile(w_ptrs, n_mask, nibble_shift, MODE, a.dtype)
+        scale = tl.load(s_ptrs + group_offset, mask=n_valid, other=0.0).to(tl.float32)
         acc += tl.dot(a, w, input_precision=DOT_PRECISION) * scale[None, :]
         if GATED:
-            up_n = offs_n + N
-            w_up = _weight_tile(w_base, ks, up_n, n_valid, stride_wn, stride_wk, MODE, a.dtype)
-            scale_up = tl.load(s_base + up_n * stride_sn + group * stride_sg, mask=n_valid, other=0.0).to(
-                tl.float32
-            )
+            w_up = _weight_tile(w_ptrs + up_w_offset, n_mask, nibble_shift, MODE, a.dtype)
+            scale_up = tl.load(s_ptrs + up_s_offset + group_offset, mask=n_valid, other=0.0).to(tl.float32)
             acc_up += tl.dot(a, w_up, input_precision=DOT_PRECISION) * scale_up[None, :]
+        a_ptrs += BLOCK_K * stride_ak
+        w_ptrs += k_step
     if GATED:
         # gelu_tanh(x) = x * (1 + tanh(z)) / 2 = x * sigmoid(2z), z = sqrt(2/pi) * (x + 0.044715 x^3)
         inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)

@@ -32,7 +32,7 @@ import triton.language as tl
 
 @triton.jit
 def sample_logits_kernel(
-    logits_ptr,  # [R, V] raw logits (softcapped by the model), any float dtype
+    logits_ptr,  # [R, V] logits (lm_head output, or already softcapped with SOFTCAP 0), any float dtype
     scaled_ptr,  # out [R, V] logits / temperature in the self-conditioning dtype (WRITE_SCALED)
     inv_temperature_ptr,  # [1] fp32
     seed_ptr,  # [1] int64
@@ -42,6 +42,8 @@ def sample_logits_kernel(
     confidence_ptr,  # out [R] fp32: max softmax(logits), temperature 1
     vocab,
     stride_row,
+    softcap,  # the model's final logit softcap: logits = tanh(x / cap) * cap when > 0
+    APPLY_SOFTCAP: tl.constexpr,
     WRITE_SCALED: tl.constexpr,
     BLOCK_V: tl.constexpr,
 ):
@@ -64,7 +66,10 @@ def sample_logits_kernel(
     for start in range(0, vocab, BLOCK_V):
         ids = start + cols
         valid = ids < vocab
-        x = tl.load(logits_ptr + row * stride_row + ids, mask=valid, other=-float("inf")).to(tl.float32)
+        x = tl.load(logits_ptr + row * stride_row + ids, mask=valid, other=0.0).to(tl.float32)
+        if APPLY_SOFTCAP:  # tanh(z) = 2 sigmoid(2z) - 1; clamped where tanh is +-1 in fp32 anyway (no exp overflow)
+            x = (2.0 * tl.sigmoid(tl.minimum(tl.maximum(2.0 * x / softcap, -40.0), 40.0)) - 1.0) * softcap
+        x = tl.where(valid, x, -float("inf"))
         y = x * inv_t
         if WRITE_SCALED:
             tl.store(scaled_ptr + row * stride_row + ids, y.to(scaled_ptr.dtype.element_ty), mask=valid)
@@ -119,9 +124,14 @@ def sample_logits(
     seed: torch.Tensor,
     *,
     scaled_out: torch.Tensor | None = None,
+    softcap: float = 0.0,
     block_v: int | None = None,
 ) -> SampledLogits:
-    """One kernel launch over `logits` `[B, L, V]`; `inv_temperature` `[1]` fp32 and `seed` `[1]` int64 on the device."""
+    """One kernel launch over `logits` `[B, L, V]`; `inv_temperature` `[1]` fp32 and `seed` `[1]` int64 on the device.
+
+    `softcap` > 0 applies the model's final softcap in registers, so the lm_head
+    output is read as is (transformers makes a fp32 copy and three passes for it).
+    """
     assert logits.stride(-1) == 1, "the kernel reads each row's vocabulary contiguously"
     batch, length, vocab = logits.shape
     rows = logits.reshape(batch * length, vocab)
@@ -135,8 +145,8 @@ def sample_logits(
     block_v = block_v or min(4096, triton.next_power_of_2(vocab))
     sample_logits_kernel[(batch * length,)](
         rows, scaled_out if scaled_out is not None else rows, inv_temperature, seed,
-        sample, argmax, entropy, confidence, vocab, rows.stride(0),
-        WRITE_SCALED=scaled_out is not None, BLOCK_V=block_v,
+        sample, argmax, entropy, confidence, vocab, rows.stride(0), float(softcap or 1.0),
+        APPLY_SOFTCAP=bool(softcap), WRITE_SCALED=scaled_out is not None, BLOCK_V=block_v,
     )  # fmt: skip
     return SampledLogits(sample, argmax, entropy, confidence, scaled_out)
 

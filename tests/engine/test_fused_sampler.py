@@ -50,6 +50,19 @@ def test_one_pass_matches_transformers_processed_logits_argmax_entropy_and_confi
     assert out.sample.shape == (2, 8) and bool(((out.sample >= 0) & (out.sample < 300)).all())
 
 
+def test_softcap_in_registers_equals_transformers_fp32_softcap():
+    logits = _logits(1, 4, 200, seed=5) * 20  # [1, 4, 200], raw lm_head values well past the cap
+    capped = torch.tanh(logits.float() / 30.0) * 30.0  # DiffusionGemmaForBlockDiffusion.forward
+    inv_t, seed = _device_scalars(1.0 / 0.7, 1)
+    scaled = torch.empty_like(logits)
+    fused = sample_logits(logits, inv_t, seed, scaled_out=scaled, softcap=30.0, block_v=64)
+    reference = sample_logits(capped, inv_t, seed, block_v=64)
+    torch.testing.assert_close(scaled, capped / 0.7, rtol=1e-5, atol=1e-5)
+    assert torch.equal(fused.argmax, capped.argmax(dim=-1))
+    torch.testing.assert_close(fused.entropy, reference.entropy, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(fused.confidence, capped.softmax(dim=-1).amax(dim=-1), rtol=1e-5, atol=1e-6)
+
+
 def test_acceptance_keeps_exactly_the_positions_transformers_accepts():
     logits = _logits(3, 16, 64, seed=1)
     inv_t, seed = _device_scalars(1.0, 9)

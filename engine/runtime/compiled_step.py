@@ -207,8 +207,12 @@ class CompiledDenoiser:
         confidence_threshold: float | None,
         seed: int,
         on_step: Callable[[int, list[int]], None],
+        start: torch.Tensor | None = None,
     ) -> DenoiseOutput:
-        """Denoise canvases after `stable + tail`; `on_step(step, row-0 ids so far)` may raise to cancel."""
+        """Denoise canvases after `stable + tail`; `on_step(step, row-0 ids so far)` may raise to cancel.
+
+        `start` `[B, L]` replaces the first canvas's uniform noise (a rewrite's partly renoised selection).
+        """
         canvases_wanted = -(-max_tokens // self.canvas_length)
         prompt_length = len(stable) + len(tail)
         bucket = bucket_for(prompt_length + canvases_wanted * self.canvas_length)
@@ -227,6 +231,9 @@ class CompiledDenoiser:
                 length += len(new_ids)
             buffers, step = self._step_for(cache, batch, bucket)
             self._start_canvas(buffers, cache, batch, length, entropy_bound, confidence_threshold, generator)
+            if start is not None:
+                buffers.canvas.copy_(start)
+                start = None
             draft_host = torch.empty((batch, self.canvas_length), dtype=torch.int64, pin_memory=self.capture)
             finished_host = torch.empty((batch,), dtype=torch.bool, pin_memory=self.capture)
             for cur_step in range(steps, 0, -1):  # steps left, N .. 1, as transformers counts them

@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 from transformers.cache_utils import StaticCache
 
-from .fused_sampler import sample_logits, temperature
+# fused_sampler (and so triton) is imported where a step runs: a CPU-only install has no triton.
 
 log = logging.getLogger(__name__)
 
@@ -213,6 +213,10 @@ class CompiledDenoiser:
 
         `start` `[B, L]` replaces the first canvas's uniform noise (a rewrite's partly renoised selection).
         """
+        from .fused_sampler import temperature
+
+        if not stable:  # the snapshot needs at least one id
+            stable, tail = tail[:1], tail[1:]
         canvases_wanted = -(-max_tokens // self.canvas_length)
         prompt_length = len(stable) + len(tail)
         bucket = bucket_for(prompt_length + canvases_wanted * self.canvas_length)
@@ -328,6 +332,8 @@ class CompiledDenoiser:
                 buffers.masks[name].copy_(mask)
 
     def _eager_step(self, buffers: _StepBuffers, cache: StaticCache) -> Callable[[], None]:
+        from .fused_sampler import sample_logits
+
         model = self.model
 
         def step() -> None:

@@ -12,6 +12,8 @@ resolves to on only for CUDA and refuses `on` without it.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the loop's fused sampler runs in Triton's interpreter here
 
@@ -118,3 +120,20 @@ def test_compile_mode_resolves_on_only_for_cuda():
     assert not compile_enabled("off", torch.device("cuda"))
     with pytest.raises(ValueError, match="CUDA"):
         compile_enabled("on", torch.device("cpu"))
+
+
+def test_a_cpu_install_without_triton_loads_and_runs_the_quantized_model():
+    script = (
+        "import sys; sys.modules['triton'] = None\n"  # what `import triton` does where it is not installed
+        "import torch\n"
+        "from dgemma_lsp.engine.runtime.denoising import DenoisingRuntime\n"
+        "from dgemma_lsp.engine.runtime.quantization import quantize_model\n"
+        "from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model\n"
+        "model = build_tiny_model().eval(); quantize_model(model, 'int4')\n"
+        "with torch.no_grad(): logits = model(input_ids=torch.tensor([[5, 6, 7]]),"
+        " decoder_input_ids=torch.tensor([[8] * 32])).logits\n"
+        "assert logits.shape == (1, 32, 1024) and bool(torch.isfinite(logits).all())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr

@@ -37,6 +37,8 @@ from typing import Literal
 import torch
 from transformers.cache_utils import StaticCache
 
+from ..errors import ModelLoadError
+
 # fused_sampler (and so triton) is imported where a step runs: a CPU-only install has no triton.
 
 log = logging.getLogger(__name__)
@@ -53,9 +55,10 @@ WARM_STEPS = 2
 
 def compile_enabled(mode: str, device: torch.device) -> bool:
     """auto: on for CUDA; on: CUDA required (a clear error otherwise); off: never."""
-    assert mode in COMPILE_MODES, f"--compile must be one of {COMPILE_MODES}, got {mode!r}"
+    if mode not in COMPILE_MODES:
+        raise ModelLoadError(f"--compile must be one of {', '.join(COMPILE_MODES)}, got {mode!r}")
     if mode == "on" and device.type != "cuda":
-        raise ValueError(f"--compile on needs a CUDA device, the model is on {device}")
+        raise ModelLoadError(f"--compile on needs a CUDA device, the model is on {device}")
     return mode != "off" and device.type == "cuda"
 
 

@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicCache, StaticCache  # noqa: E402
 from transformers.generation.streamers import BaseStreamer  # noqa: E402
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig  # noqa: E402
 
+from dgemma_lsp.engine.errors import ModelLoadError  # noqa: E402
 from dgemma_lsp.engine.runtime.compiled_step import (  # noqa: E402
     CompiledDenoiser,
     StaticPromptCache,
@@ -118,8 +119,10 @@ def test_compile_mode_resolves_on_only_for_cuda():
     assert not compile_enabled("auto", torch.device("cpu"))
     assert compile_enabled("auto", torch.device("cuda"))
     assert not compile_enabled("off", torch.device("cuda"))
-    with pytest.raises(ValueError, match="CUDA"):
+    with pytest.raises(ModelLoadError):
         compile_enabled("on", torch.device("cpu"))
+    with pytest.raises(ModelLoadError):
+        compile_enabled("sometimes", torch.device("cuda"))
 
 
 def test_a_cpu_install_without_triton_loads_and_runs_the_quantized_model():

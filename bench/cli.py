@@ -24,6 +24,7 @@ BENCHMARKS = {
     "humaneval": ("dgemma_lsp.bench.humaneval", "pass@1 on HumanEval-Infilling through the server's pipeline"),
     "quant": ("dgemma_lsp.bench.quant_gpu", "per --quantization mode: resident memory, logits error, ms per step vs floor and bf16"),
     "syntax": ("dgemma_lsp.bench.syntax_bench", "per-keystroke syntax work (incremental parse, plan, context)"),
+    "step": ("dgemma_lsp.bench.step_gpu", "per --quantization mode: the compiled denoising step (CUDA graphs + fused kernels)"),
     "moe": ("dgemma_lsp.bench.moe", "one quantized MoE layer: fused Triton kernels vs the per-expert loop (ops, error, ms)"),
 }
 

@@ -191,6 +191,11 @@ class CompiledDenoiser:
         self.softcap: float = float(model.config.text_config.final_logit_softcapping or 0.0)
         self.prompt_cache = StaticPromptCache(model)
         self.graphs: dict[tuple, tuple[_StepBuffers, Callable[[], None]]] = {}
+        # One memory pool for every captured step: they never run at once, and a pool per
+        # graph would hold a [B, L, V] logits' worth of activations per (batch, bucket).
+        self.pool = torch.cuda.graph_pool_handle() if capture else None
+        self.host: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        """Per batch: pinned (draft [B, L], finished [B]) the steps are copied into (pinning costs ms; once)."""
 
     # -- the loop -------------------------------------------------------------
 
@@ -241,8 +246,12 @@ class CompiledDenoiser:
             if start is not None:
                 buffers.canvas.copy_(start)
                 start = None
-            draft_host = torch.empty((batch, self.canvas_length), dtype=torch.int64, pin_memory=self.capture)
-            finished_host = torch.empty((batch,), dtype=torch.bool, pin_memory=self.capture)
+            if batch not in self.host:
+                self.host[batch] = (
+                    torch.empty((batch, self.canvas_length), dtype=torch.int64, pin_memory=self.capture),
+                    torch.empty((batch,), dtype=torch.bool, pin_memory=self.capture),
+                )
+            draft_host, finished_host = self.host[batch]
             for cur_step in range(steps, 0, -1):  # steps left, N .. 1, as transformers counts them
                 buffers.inv_temperature.fill_(1.0 / temperature(cur_step, steps, t_min, t_max))
                 buffers.seed.fill_(int(torch.randint(0, 2**62, (1,), generator=generator)))
@@ -376,7 +385,7 @@ class CompiledDenoiser:
                 run()
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, pool=self.pool):
             run()
         log.info("captured a denoising step (%d graphs now)", len(self.graphs) + 1)
         return graph.replay

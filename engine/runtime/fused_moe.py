@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import functools
 
 import torch
 
@@ -87,8 +88,14 @@ def fused_supported(device: torch.device, mode: str, *groups: int) -> bool:
     if device.type == "cuda":
         if interpreting():
             return False
-        return mode != "fp8" or torch.cuda.get_device_capability(device) >= (8, 9)
+        return mode != "fp8" or _capability(device.index) >= (8, 9)
     return interpreting()
+
+
+@functools.cache
+def _capability(index: int | None) -> tuple[int, int]:
+    # Asked on every forward (also while a CUDA graph is captured): ask the driver once.
+    return torch.cuda.get_device_capability(index)
 
 
 @dataclasses.dataclass(frozen=True)

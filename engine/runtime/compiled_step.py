@@ -51,6 +51,8 @@ SNAPSHOTS_KEPT = 4
 """Stable-part snapshots kept (one per recently edited document, roughly)."""
 WARM_STEPS = 2
 """Eager runs on a side stream before a capture: lazy allocations and autotuning happen there, not in the graph."""
+WARM_PROMPT_TOKENS = 1536
+"""The load-time warm-up's prompt: past the real model's 1,024-token sliding window, in the 2,048 bucket."""
 
 
 def compile_enabled(mode: str, device: torch.device) -> bool:
@@ -283,6 +285,19 @@ class CompiledDenoiser:
             canvases=len(confidences),
             cached_tokens=cached_tokens,
         )
+
+    def warm_up(self, *, prompt_tokens: int = WARM_PROMPT_TOKENS, batches: tuple[int, ...] = (1,)) -> None:
+        """Compile the kernels and capture the steps a typical request needs, during loading.
+
+        A dummy prompt of `prompt_tokens` ids; one step per batch size. Other
+        (batch, bucket) classes are captured by their first request.
+        """
+        prompt = [self.pad_id + 1] * prompt_tokens
+        for batch in batches:
+            self.denoise(stable=prompt[:-1], tail=prompt[-1:], cache_key=None, batch=batch, steps=1,
+                         max_tokens=self.canvas_length, entropy_bound=0.1, t_min=0.4, t_max=0.8,
+                         confidence_threshold=None, seed=0, on_step=lambda step, ids: None)  # fmt: skip
+        self.prompt_cache.snapshots.clear()  # the dummy prefix is nobody's document
 
     # -- one step -------------------------------------------------------------
 

@@ -131,6 +131,11 @@ class DenoisingRuntime:
         runtime = cls(model, tokenizer, device)
         if compile_enabled(compile or os.environ.get(COMPILE_ENV, "auto"), runtime.device):
             runtime.compiled = CompiledDenoiser(model, capture=True, eos_ids=runtime.eos_ids, pad_id=runtime.pad_id)
+            try:  # capture while the engine says "loading", not in the user's first request
+                runtime.compiled.warm_up()
+            except Exception:
+                log.exception("capturing the denoising step failed; transformers' generate serves instead")
+                runtime.compiled = None
         return runtime
 
     @property

@@ -115,6 +115,13 @@ def test_step_loop_gives_the_drafts_of_transformers_generate_when_deterministic(
     assert output.confidences.shape == (1, 32) and bool(((output.confidences > 0) & (output.confidences <= 1)).all())
 
 
+def test_warm_up_prepares_the_step_a_typical_request_uses(model):
+    denoiser = CompiledDenoiser(model, capture=False, eos_ids={1}, pad_id=0)
+    denoiser.warm_up(prompt_tokens=90, batches=(1,))  # past the tiny model's 64-token window
+    assert [key[:2] for key in denoiser.graphs] == [(1, bucket_for(90 + 32))]
+    assert not denoiser.prompt_cache.snapshots, "the dummy prompt is not kept as a document's prefix"
+
+
 def test_compile_mode_resolves_on_only_for_cuda():
     assert not compile_enabled("auto", torch.device("cpu"))
     assert compile_enabled("auto", torch.device("cuda"))

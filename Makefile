@@ -36,9 +36,11 @@ vsix:  ## build the VS Code extension package
 bench: $(STAMP)  ## CPU benchmarks: editor latency, keystroke work, HumanEval smoke
 	$(PY) -m dgemma_lsp.bench.cli all
 
-bench-gpu: $(STAMP)  ## GPU benchmarks: full-size DiffusionGemma vs autoregressive Gemma 4, and each quantization mode (needs CUDA)
+bench-gpu: $(STAMP)  ## GPU benchmarks: full-size DiffusionGemma vs autoregressive Gemma 4, each quantization mode, the fused MoE layer, the compiled step (needs CUDA)
 	$(VENV)/bin/dgemma-lsp bench gpu
 	$(VENV)/bin/dgemma-lsp bench quant
+	$(VENV)/bin/dgemma-lsp bench moe --shape full
+	$(VENV)/bin/dgemma-lsp bench step
 
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check server engine bench tests examples

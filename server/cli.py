@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 
 from dgemma_lsp.engine.runtime.loading import DEFAULT_MODEL_ID
@@ -39,6 +40,10 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quantization", default="none", choices=["none", "fp8", "int8", "int4"],
         help="weight-only quantization of the experts and linears at load time",
+    )
+    parser.add_argument(
+        "--compile", default=None, choices=["auto", "on", "off"],
+        help="denoising steps as CUDA graph replays (auto: on for CUDA); passed to the engine as DGEMMA_LSP_COMPILE",
     )
 
 
@@ -82,6 +87,9 @@ def configure_logging(level: str, log_file: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_file)
+    if args.compile is not None:
+        # Through the environment, so an engine daemon this process spawns inherits it too.
+        os.environ["DGEMMA_LSP_COMPILE"] = args.compile
     if args.command is None:
         from . import serve
 

@@ -11,6 +11,7 @@ transformers; knows nothing of LSP or syntax.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
@@ -25,6 +26,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import Entro
 
 from ..api import DenoiseRequest, DenoiseResult, Draft, GenerationSettings, RawCandidate, Timings
 from ..errors import BadRequestError, CancelledError
+from .compiled_step import CompiledDenoiser, compile_enabled
 from .loading import load_model_and_tokenizer
 from .prompt_cache import PromptCache
 from .prompting import PromptBuilder, PromptIds
@@ -34,6 +36,10 @@ CONTROL_CHARACTERS = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E,
 """C0 controls but tab/newline/CR: never code, and editors draw them badly (Neovim cuts virtual text at NUL)."""
 DISABLED_EARLY_STOP = 1e-9
 """confidence_threshold that no canvas meets: None silently becomes 0.005 and 0.0 crashes (REFERENCE.md)."""
+COMPILE_ENV = "DGEMMA_LSP_COMPILE"
+"""--compile auto|on|off as set by the CLI (inherited by a daemon it spawns)."""
+
+log = logging.getLogger(__name__)
 
 
 class _Abort(Exception):
@@ -114,13 +120,23 @@ class DenoisingRuntime:
         self.default_steps: int = config.max_denoising_steps or 48
         self.memory_bytes: int = _resident_bytes(model)
         """Bytes of the model's parameters and buffers; fixed once loaded (status reads it often)."""
+        self.compiled: CompiledDenoiser | None = None
+        """Denoising steps as CUDA graph replays (compiled_step.py); None: transformers' generate."""
 
     @classmethod
-    def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False):
+    def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False, compile=None):
         model, tokenizer, device = load_model_and_tokenizer(
             spec, device=device, dtype=dtype, quantization=quantization, allow_download=allow_download
         )
-        return cls(model, tokenizer, device)
+        runtime = cls(model, tokenizer, device)
+        if compile_enabled(compile or os.environ.get(COMPILE_ENV, "auto"), runtime.device):
+            runtime.compiled = CompiledDenoiser(model, capture=True, eos_ids=runtime.eos_ids, pad_id=runtime.pad_id)
+            try:  # capture while the engine says "loading", not in the user's first request
+                runtime.compiled.warm_up()
+            except Exception:
+                log.exception("capturing the denoising step failed; transformers' generate serves instead")
+                runtime.compiled = None
+        return runtime
 
     @property
     def device_name(self) -> str:
@@ -128,6 +144,8 @@ class DenoisingRuntime:
 
     def close(self) -> None:
         self.prompt_cache.clear()
+        if self.compiled is not None:
+            self.compiled.clear()
         del self.model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -151,6 +169,10 @@ class DenoisingRuntime:
             steps = max(1, math.ceil(steps * request.strength))
 
         prompt = self.prompts.build(request.context, rewrite=request.selection is not None)
+        if self.compiled is not None and request.selection is None:
+            result = self._run_compiled(request, prompt, steps, started, on_draft, cancel)
+            if result is not None:
+                return result
         cache, cached_tokens = self._encode_prompt(prompt, request.cache_key, batch)
         prompt_ms = (time.perf_counter() - started) * 1000
 
@@ -258,6 +280,47 @@ class DenoisingRuntime:
             text=self._decode_answer(ids),
             confidence=float(decided.mean()) if len(decided) else 0.0,
             tokens=length,
+        )
+
+    def _run_compiled(self, request, prompt: PromptIds, steps: int, started: float, on_draft, cancel):
+        """The request on CUDA graphs; None after a failure there (then generate serves it, and all later ones)."""
+        settings, config = request.settings, self.model.generation_config
+        seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
+
+        def on_step(step: int, ids: list[int]) -> None:
+            if cancel is not None and cancel.is_set():
+                raise _Abort
+            if on_draft is not None:
+                on_draft(Draft(step=step, text=self._decode_answer(ids)))
+
+        denoise_started = time.perf_counter()
+        try:
+            output = self.compiled.denoise(
+                stable=prompt.stable, tail=prompt.tail, cache_key=request.cache_key,
+                batch=settings.candidates, steps=steps, max_tokens=settings.max_tokens or self.canvas_length,
+                entropy_bound=float(settings.entropy_bound or self._default_entropy_bound()),
+                t_min=float(settings.t_min or config.t_min), t_max=float(settings.t_max or config.t_max),
+                confidence_threshold=config.confidence_threshold if settings.early_stop else None,
+                seed=seed, on_step=on_step,
+            )  # fmt: skip
+        except _Abort:
+            raise CancelledError("request cancelled during compiled denoising") from None
+        except Exception:
+            log.exception("compiled denoising failed; transformers' generate serves from now on")
+            self.compiled = None
+            return None
+        now = time.perf_counter()
+        candidates = [self._candidate(row, output.confidences[i]) for i, row in enumerate(output.answers)]
+        return DenoiseResult(
+            candidates=candidates,
+            steps=output.steps,
+            tokens_per_forward=sum(c.tokens for c in candidates) / len(candidates) / max(output.steps, 1),
+            drafts=output.steps,
+            canvases=output.canvases,
+            prompt_tokens=len(prompt.all),
+            cached_prompt_tokens=output.cached_tokens,
+            timings_ms=Timings(prompt=(denoise_started - started) * 1000, denoise=(now - denoise_started) * 1000,
+                               total=(now - started) * 1000),  # fmt: skip
         )
 
     def _default_entropy_bound(self) -> float:

@@ -30,10 +30,12 @@ Why not a library (checked on torch 2.13 CPU, torchao 0.18, transformers 5.23):
   experts and linears keeps ties, save/load and int4 uniform.
 - bitsandbytes quantizes only `nn.Linear` and never the fused 3-D experts.
 - transformers' `FineGrainedFP8Config` needs a GPU at load time.
-So the packing (~100 lines in `quant_formats`) is written here; the matmuls
-stay plain `F.linear` on dequantized weights. What this does not do: fused
-dequant-GEMM kernels (a GPU would need them to beat bf16 on speed; see
-`bench/quant_gpu.py`).
+So the packing (~100 lines in `quant_formats`) is written here. On CUDA the
+forwards run our fused Triton kernels (`fused_moe`: one launch for all
+experts, weights dequantized in registers, no bf16 copy); on CPU, or where a
+kernel does not apply (fp8 before sm_89, a group under 16), they keep the
+plain torch path below (dequantize, `F.linear`), which is also the reference
+the kernels are tested against. `backend` on a module forces one or the other.
 
 Save format (a folder): `quantized.safetensors` holds every parameter and
 buffer of the model once (non-persistent buffers too, so a skeleton built on
@@ -57,6 +59,7 @@ from .quant_formats import PACKED_MODES, dequantize, packed_bytes, quantize
 log = logging.getLogger(__name__)
 
 Mode = Literal["none", "fp8", "int8", "int4"]
+Backend = Literal["auto", "torch", "triton"]
 MODES: tuple[Mode, ...] = ("none", "fp8", "int8", "int4")
 DEFAULT_GROUP_SIZE = 128
 SAVE_FORMAT_VERSION = 1
@@ -108,6 +111,8 @@ class QuantizedExperts(nn.Module):
         self.mode = mode
         self.num_experts = num_experts
         self.act_fn = act_fn
+        self.backend: Backend = "auto"
+        """auto: the fused kernels on CUDA where they apply, else the torch loop; torch/triton force one."""
         self.register_buffer("gate_up_data", torch.empty(0, dtype=torch.uint8))
         self.register_buffer("gate_up_scales", torch.empty(0))
         self.register_buffer("down_data", torch.empty(0, dtype=torch.uint8))
@@ -138,6 +143,26 @@ class QuantizedExperts(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
+        # The kernel computes the GELU-tanh gate itself: any other activation keeps the loop.
+        gelu_tanh = type(self.act_fn).__name__ == "GELUTanh"
+        groups = (
+            self.gate_up_data.shape[-1] * _unpack(self.mode) // self.gate_up_scales.shape[-1],
+            self.down_data.shape[-1] * _unpack(self.mode) // self.down_scales.shape[-1],
+        )
+        if gelu_tanh and _use_fused(self.backend, hidden_states.device, self.mode, *groups):
+            from .fused_moe import fused_experts
+
+            return fused_experts(
+                hidden_states, top_k_index.contiguous(), top_k_weights.contiguous(),
+                gate_up_data=self.gate_up_data, gate_up_scales=self.gate_up_scales,
+                down_data=self.down_data, down_scales=self.down_scales, mode=self.mode,
+            )  # fmt: skip
+        return self.forward_loop(hidden_states, top_k_index, top_k_weights)
+
+    def forward_loop(
+        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        """The torch path: one dequantized expert at a time (CPU, and the kernels' reference)."""
         top_k = top_k_index.shape[-1]
         output = torch.zeros_like(hidden_states)  # [T, H]
         flat_experts = top_k_index.reshape(-1)  # [T*K]
@@ -161,6 +186,25 @@ class QuantizedExperts(nn.Module):
         return output
 
 
+def _unpack(mode: str) -> int:
+    """Values per stored element along K: int4 packs two."""
+    return 2 if mode == "int4" else 1
+
+
+def _use_fused(backend: str, device: torch.device, mode: str, *groups: int) -> bool:
+    """Whether a forward runs the Triton kernels; imports them (and triton) only when they could apply."""
+    if backend == "torch" or (backend == "auto" and device.type != "cuda"):
+        return False
+    from .fused_moe import fused_supported
+
+    supported = fused_supported(device, mode, *groups)
+    assert supported or backend == "auto", (
+        f"backend 'triton' cannot run {mode} groups {groups} on {device}"
+        " (CPU needs TRITON_INTERPRET=1; fp8 needs sm_89+; groups must be >= 16)"
+    )
+    return supported
+
+
 def _quantize_per_expert(
     stack: torch.Tensor, mode: str, group_size: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,6 +225,8 @@ class QuantizedLinear(nn.Module):
         self.out_features = out_features
         self.register_buffer("weight_data", torch.empty(0, dtype=torch.uint8))
         self.register_buffer("weight_scales", torch.empty(0))
+        self.backend: Backend = "auto"
+        """auto: the fused dequant-GEMM on CUDA where it applies, else dequantize + F.linear."""
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, mode: str, group_size: int) -> QuantizedLinear:
@@ -193,6 +239,11 @@ class QuantizedLinear(nn.Module):
         return packed_bytes(self.weight_data, self.weight_scales)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        group = self.in_features // self.weight_scales.shape[-1]
+        if _use_fused(self.backend, x.device, self.mode, group):
+            from .fused_moe import fused_linear
+
+            return fused_linear(x, self.weight_data, self.weight_scales, self.mode)
         weight = dequantize(self.weight_data, self.weight_scales, self.mode, x.dtype)  # [out, in]
         return nn.functional.linear(x, weight)
 

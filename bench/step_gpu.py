@@ -1,0 +1,187 @@
+"""`dgemma-lsp bench step`: the product's denoising step (CUDA graphs + fused kernels) per quantization mode.
+
+For each mode builds google/diffusiongemma-26B-A4B-it's architecture with
+seeded random bf16 weights on the GPU, quantizes it in place (the fused Triton
+MoE and dequant-GEMMs run on CUDA), and drives `CompiledDenoiser` — the path
+`--compile on` serves requests with — over a random 512-token prompt, 16
+fixed steps of one 256-token canvas (no early stop), for 1, 2 and 4
+candidates. Reports per mode and batch: ms per step (median of the host-seen
+intervals between drafts) and its ratio to the weight-read floor, ms per
+canvas (16 steps), first-draft ms (request start to the first draft,
+prompt restore and tail encode included), and peak GPU memory while
+denoising. A first run per batch captures the graphs and is not timed.
+Targets (issue 12, H100): int4 <= 7 ms/step, fp8 <= 10, canvas <= 120 ms
+(vLLM FP8: 145.7), 4 candidates <= 1.5x one, int4 peak <= 18 GB.
+
+`--scale tiny` runs the same code eagerly on CPU (the fused sampler in
+Triton's interpreter) so it is not dead code without a GPU; its times mean
+nothing. torch is imported inside functions.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import msgspec
+
+from .gpu import FULL, HBM_BYTES_PER_S, SCALES, VLLM_MS_PER_CANVAS, build_random, diffusion_config
+
+MODES = ("int4", "fp8", "int8", "none")
+SEED = 0
+PROMPT_TOKENS = {"full": 512, "tiny": 32}
+CANDIDATES = {"full": (1, 2, 4), "tiny": (1,)}
+TARGET_STEP_MS = {"int4": 7.0, "fp8": 10.0}
+TARGET_CANVAS_MS = 120.0
+TARGET_INT4_PEAK_BYTES = 18 * 10**9
+
+
+class StepFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    mode: str
+    candidates: int
+    steps: int
+    ms_per_step: float
+    floor_ms: float
+    """Weight bytes one step reads / HBM_BYTES_PER_S."""
+    floor_ratio: float
+    ms_per_canvas: float
+    """Sum of the step intervals of one canvas (prompt excluded, as vLLM's per-canvas latency)."""
+    first_draft_ms: float
+    peak_bytes: int | None
+    """torch.cuda.max_memory_allocated while denoising (weights included); None on CPU."""
+    weight_bytes: int
+
+
+class StepReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    scale: str
+    device: str
+    prompt_tokens: int
+    canvas_length: int
+    figures: list[StepFigure]
+    targets: dict[str, float]
+    vllm_ms_per_canvas: float
+
+
+def _timed_request(denoiser, prompt: list[int], batch: int, steps: int, canvas: int):
+    """One request; returns (first-draft ms, per-step ms list)."""
+    stamps: list[float] = []
+    started = time.perf_counter()
+    denoiser.denoise(
+        stable=prompt[:-16], tail=prompt[-16:], cache_key="bench", batch=batch, steps=steps,
+        max_tokens=canvas, entropy_bound=0.1, t_min=0.4, t_max=0.8, confidence_threshold=None, seed=SEED,
+        on_step=lambda step, ids: stamps.append(time.perf_counter()),
+    )  # fmt: skip
+    deltas = [(b - a) * 1000 for a, b in zip([started, *stamps], stamps, strict=False)]
+    return deltas[0], deltas[1:]
+
+
+def measure_mode(config, mode: str, scale: str, device, dtype, *, steps: int, repeats: int, log=None):
+    import torch
+
+    from dgemma_lsp.engine.runtime.compiled_step import CompiledDenoiser
+    from dgemma_lsp.engine.runtime.quantization import quantize_model
+
+    from .quant_gpu import _free, _model_class, _step_read_bytes, _text_bytes
+
+    torch.manual_seed(SEED)
+    model = build_random(_model_class(), config, device, dtype)
+    quantize_model(model, mode)
+    _free(device)
+    weight_bytes = _text_bytes(model)
+    floor_ms = _step_read_bytes(model) / HBM_BYTES_PER_S * 1000
+    denoiser = CompiledDenoiser(model, capture=device.type == "cuda", eos_ids=set(), pad_id=0)
+    vocab = config.text_config.vocab_size
+    prompt = torch.randint(4, vocab - 4, (PROMPT_TOKENS[scale],), generator=torch.Generator().manual_seed(SEED))
+    prompt = prompt.tolist()
+    figures = []
+    for batch in CANDIDATES[scale]:
+        _timed_request(denoiser, prompt, batch, steps, config.canvas_length)  # captures this batch's graph
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        runs = [_timed_request(denoiser, prompt, batch, steps, config.canvas_length) for _ in range(repeats)]
+        # One step only: its interval includes the prompt work, the best there is.
+        step_ms = statistics.median([ms for _, deltas in runs for ms in deltas] or [first for first, _ in runs])
+        figures.append(StepFigure(
+            mode=mode, candidates=batch, steps=steps, ms_per_step=step_ms, floor_ms=floor_ms,
+            # the first draft's interval also holds the prompt work: the canvas counts one median step for it
+            floor_ratio=step_ms / floor_ms, ms_per_canvas=statistics.median(sum(d) for _, d in runs) + step_ms,
+            first_draft_ms=statistics.median(first for first, _ in runs),
+            peak_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
+            weight_bytes=weight_bytes,
+        ))  # fmt: skip
+        if log:
+            f = figures[-1]
+            log(f"{mode} x{batch}: {f.ms_per_step:.2f} ms/step ({f.floor_ratio:.2f}x floor), "
+                f"{f.ms_per_canvas:.1f} ms/canvas, first draft {f.first_draft_ms:.1f} ms")  # fmt: skip
+    denoiser.clear()
+    del model, denoiser
+    _free(device)
+    return figures
+
+
+def run_benchmark(scale: str, device_name: str, modes, *, steps: int, repeats: int, log=None) -> StepReport:
+    import os
+
+    import torch
+
+    device = torch.device(device_name)
+    if device.type == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # the fused sampler, before its first import
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    config = diffusion_config(SCALES[scale])
+    figures = []
+    for mode in modes:
+        figures += measure_mode(config, mode, scale, device, dtype, steps=steps, repeats=repeats, log=log)
+    return StepReport(
+        scale=scale, device=str(device), prompt_tokens=PROMPT_TOKENS[scale], canvas_length=config.canvas_length,
+        figures=figures, vllm_ms_per_canvas=VLLM_MS_PER_CANVAS,
+        targets={"int4MsPerStep": TARGET_STEP_MS["int4"], "fp8MsPerStep": TARGET_STEP_MS["fp8"],
+                 "msPerCanvas": TARGET_CANVAS_MS, "fourCandidatesOverOne": 1.5,
+                 "int4PeakBytes": TARGET_INT4_PEAK_BYTES},
+    )  # fmt: skip
+
+
+def format_table(report: StepReport) -> str:
+    lines = [
+        f"denoising step (CUDA graphs + fused kernels), {report.scale} scale on {report.device}, "
+        f"prompt {report.prompt_tokens}, canvas {report.canvas_length}, vLLM FP8 {report.vllm_ms_per_canvas} ms/canvas",
+        f"{'mode':<5} {'cand':>4} {'ms/step':>8} {'floor':>7} {'ratio':>6} {'ms/canvas':>9} {'1st draft':>9} {'peak':>9}",
+    ]
+    for f in report.figures:
+        peak = "-" if f.peak_bytes is None else f"{f.peak_bytes / 1e9:.2f} GB"
+        lines.append(f"{f.mode:<5} {f.candidates:>4} {f.ms_per_step:>8.2f} {f.floor_ms:>7.2f} {f.floor_ratio:>6.2f} "
+                     f"{f.ms_per_canvas:>9.1f} {f.first_draft_ms:>9.1f} {peak:>9}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--scale", choices=sorted(SCALES), default="full",
+                        help="full: the real architecture (needs CUDA); tiny: the same code on CPU")  # fmt: skip
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--steps", type=int, default=16, help="fixed denoising steps per canvas")
+    parser.add_argument("--repeats", type=int, default=3, help="timed requests per figure (median)")
+
+
+def run(args) -> int:
+    import torch
+
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        _say(f"dgemma-lsp bench step: --modes must be a subset of {','.join(MODES)}, got {args.modes!r}")
+        return 2
+    device = getattr(args, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.scale == FULL.name and not device.startswith("cuda"):
+        _say("dgemma-lsp bench step: the full-size model needs a CUDA GPU (`--scale tiny` runs the code on CPU)")
+        return 2
+    report = run_benchmark(args.scale, device, modes, steps=args.steps, repeats=args.repeats, log=_say)
+    if getattr(args, "json", False):
+        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
+    else:
+        sys.stdout.write(format_table(report) + "\n")
+    return 0
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

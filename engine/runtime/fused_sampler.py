@@ -1,0 +1,172 @@
+"""One pass over the denoiser's logits per step: temperature, sample, argmax, entropy, confidence.
+
+Owns the sampling half of a denoising step for the compiled path
+(`compiled_step`): a Triton kernel that reads each canvas position's logits
+`[V]` once, in chunks, and returns everything the step needs, plus the small
+`[B, L]` torch ops of the entropy-bound acceptance and the renoising. Knows
+transformers' DiffusionGemma sampler semantics and matches them
+(LinearTemperatureScheduleLogitsProcessor, EntropyBoundSampler.accept_canvas
+/ renoise_canvas, our per-position confidence = top probability of the raw
+logits); knows nothing of models, caches or requests.
+
+Why a kernel: transformers' step makes ~20 passes over `[B, 256, 262144]`
+logits (processor copy, fp32 softmax, multinomial, argmax, Categorical's
+normalised copy and entropy, our fp32 confidence copy) — ~0.3 GB each at
+batch 1, more than the int4 weights a step reads. Here: one read of the
+logits and one bf16 write of the temperature-scaled logits that the next step
+takes as self-conditioning. Sampling is Gumbel-max with Philox noise keyed by
+a per-step seed on the device (same distribution as `torch.multinomial` of
+the softmax, a different random stream). The temperature and the seed live
+in device tensors so a captured CUDA graph replays with new values.
+Runs on CPU under TRITON_INTERPRET=1 (the tests).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def sample_logits_kernel(
+    logits_ptr,  # [R, V] logits (lm_head output, or already softcapped with SOFTCAP 0), any float dtype
+    scaled_ptr,  # out [R, V] logits / temperature in the self-conditioning dtype (WRITE_SCALED)
+    inv_temperature_ptr,  # [1] fp32
+    seed_ptr,  # [1] int64
+    sample_ptr,  # out [R] int64: Gumbel-max sample of softmax(logits / T)
+    argmax_ptr,  # out [R] int64
+    entropy_ptr,  # out [R] fp32: entropy of softmax(logits / T)
+    confidence_ptr,  # out [R] fp32: max softmax(logits), temperature 1
+    vocab,
+    stride_row,
+    softcap,  # the model's final logit softcap: logits = tanh(x / cap) * cap when > 0
+    APPLY_SOFTCAP: tl.constexpr,
+    WRITE_SCALED: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    inv_t = tl.load(inv_temperature_ptr)
+    seed = tl.load(seed_ptr)
+    cols = tl.arange(0, BLOCK_V)
+    # Running (online) reductions: raw max and sum for the confidence; scaled max, sum of
+    # exp and sum of exp * value for the entropy; best raw value / Gumbel score and their ids.
+    # Typed scalars: loop-carried values must keep one type when compiled.
+    raw_max = tl.full([], -float("inf"), tl.float32)
+    raw_sum = tl.full([], 0.0, tl.float32)
+    scaled_max = tl.full([], -float("inf"), tl.float32)
+    scaled_sum = tl.full([], 0.0, tl.float32)
+    scaled_dot = tl.full([], 0.0, tl.float32)
+    best_raw = tl.full([], -float("inf"), tl.float32)
+    best_raw_id = tl.full([], 0, tl.int32)
+    best_gumbel = tl.full([], -float("inf"), tl.float32)
+    best_gumbel_id = tl.full([], 0, tl.int32)
+    for start in range(0, vocab, BLOCK_V):
+        ids = start + cols
+        valid = ids < vocab
+        x = tl.load(logits_ptr + row * stride_row + ids, mask=valid, other=0.0).to(tl.float32)
+        if APPLY_SOFTCAP:  # tanh(z) = 2 sigmoid(2z) - 1; clamped where tanh is +-1 in fp32 anyway (no exp overflow)
+            x = (2.0 * tl.sigmoid(tl.minimum(tl.maximum(2.0 * x / softcap, -40.0), 40.0)) - 1.0) * softcap
+        x = tl.where(valid, x, -float("inf"))
+        y = x * inv_t
+        if WRITE_SCALED:
+            tl.store(scaled_ptr + row * stride_row + ids, y.to(scaled_ptr.dtype.element_ty), mask=valid)
+
+        chunk_max = tl.max(x, 0)
+        new_raw_max = tl.maximum(raw_max, chunk_max)
+        raw_sum = raw_sum * tl.exp(raw_max - new_raw_max) + tl.sum(tl.where(valid, tl.exp(x - new_raw_max), 0.0), 0)
+        raw_max = new_raw_max
+
+        chunk_scaled_max = tl.max(y, 0)
+        new_scaled_max = tl.maximum(scaled_max, chunk_scaled_max)
+        rescale = tl.exp(scaled_max - new_scaled_max)
+        weights = tl.where(valid, tl.exp(y - new_scaled_max), 0.0)
+        scaled_sum = scaled_sum * rescale + tl.sum(weights, 0)
+        scaled_dot = scaled_dot * rescale + tl.sum(weights * tl.where(valid, y, 0.0), 0)
+        scaled_max = new_scaled_max
+
+        chunk_best, chunk_best_id = tl.max(x, 0, return_indices=True, return_indices_tie_break_left=True)
+        take = chunk_best > best_raw  # strict: the first of equal maxima wins, as torch.argmax
+        best_raw_id = tl.where(take, start + chunk_best_id, best_raw_id)
+        best_raw = tl.where(take, chunk_best, best_raw)
+
+        uniform = tl.rand(seed, row * vocab + ids)
+        gumbel = -tl.log(-tl.log(tl.maximum(uniform, 1e-20)))
+        score = tl.where(valid, y + gumbel, -float("inf"))
+        chunk_score, chunk_score_id = tl.max(score, 0, return_indices=True, return_indices_tie_break_left=True)
+        take = chunk_score > best_gumbel
+        best_gumbel_id = tl.where(take, start + chunk_score_id, best_gumbel_id)
+        best_gumbel = tl.where(take, chunk_score, best_gumbel)
+
+    tl.store(sample_ptr + row, best_gumbel_id.to(tl.int64))
+    tl.store(argmax_ptr + row, best_raw_id.to(tl.int64))
+    # H = log Z - E[y] with Z = sum exp(y): (max + log sum) - dot / sum
+    tl.store(entropy_ptr + row, scaled_max + tl.log(scaled_sum) - scaled_dot / scaled_sum)
+    tl.store(confidence_ptr + row, 1.0 / raw_sum)  # exp(max - logsumexp) = 1 / sum exp(x - max)
+
+
+@dataclasses.dataclass(frozen=True)
+class SampledLogits:
+    """What one pass over `[B, L, V]` logits yields; every tensor `[B, L]` except `scaled`."""
+
+    sample: torch.Tensor  # int64: the denoiser canvas
+    argmax: torch.Tensor  # int64: the draft canvas
+    entropy: torch.Tensor  # fp32, at the step's temperature
+    confidence: torch.Tensor  # fp32, top probability at temperature 1
+    scaled: torch.Tensor | None  # [B, L, V] logits / T: the next step's self-conditioning
+
+
+def sample_logits(
+    logits: torch.Tensor,
+    inv_temperature: torch.Tensor,
+    seed: torch.Tensor,
+    *,
+    scaled_out: torch.Tensor | None = None,
+    softcap: float = 0.0,
+    block_v: int | None = None,
+) -> SampledLogits:
+    """One kernel launch over `logits` `[B, L, V]`; `inv_temperature` `[1]` fp32 and `seed` `[1]` int64 on the device.
+
+    `softcap` > 0 applies the model's final softcap in registers, so the lm_head
+    output is read as is (transformers makes a fp32 copy and three passes for it).
+    """
+    assert logits.stride(-1) == 1, "the kernel reads each row's vocabulary contiguously"
+    batch, length, vocab = logits.shape
+    rows = logits.reshape(batch * length, vocab)
+    shape = (batch, length)
+    sample = torch.empty(shape, dtype=torch.int64, device=logits.device)
+    argmax = torch.empty(shape, dtype=torch.int64, device=logits.device)
+    entropy = torch.empty(shape, dtype=torch.float32, device=logits.device)
+    confidence = torch.empty(shape, dtype=torch.float32, device=logits.device)
+    if scaled_out is not None:
+        assert scaled_out.shape == logits.shape and scaled_out.stride() == logits.stride(), "scaled_out mirrors logits"
+    block_v = block_v or min(4096, triton.next_power_of_2(vocab))
+    sample_logits_kernel[(batch * length,)](
+        rows, scaled_out if scaled_out is not None else rows, inv_temperature, seed,
+        sample, argmax, entropy, confidence, vocab, rows.stride(0), float(softcap or 1.0),
+        APPLY_SOFTCAP=bool(softcap), WRITE_SCALED=scaled_out is not None, BLOCK_V=block_v,
+    )  # fmt: skip
+    return SampledLogits(sample, argmax, entropy, confidence, scaled_out)
+
+
+def temperature(cur_step: int, steps: int, t_min: float, t_max: float) -> float:
+    """transformers' linear schedule; `cur_step` counts the steps left (N .. 1)."""
+    return t_min + (t_max - t_min) * (cur_step / steps)
+
+
+def accept_and_renoise(
+    current: torch.Tensor, sampled: SampledLogits, entropy_bound: float, vocab: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """EntropyBoundSampler's acceptance and renoising on `[B, L]` tensors: (next canvas, accepted mask).
+
+    Accepts the lowest-entropy positions while their summed entropy minus the
+    largest one stays within the bound; every other position gets a fresh
+    uniform token.
+    """
+    sorted_entropy, order = torch.sort(sampled.entropy, dim=-1)  # [B, L]
+    selected = torch.cumsum(sorted_entropy, dim=-1) - sorted_entropy <= entropy_bound
+    accepted = torch.zeros_like(selected).scatter(-1, order, selected)
+    noise = torch.randint(0, vocab, current.shape, device=current.device)
+    return torch.where(accepted, sampled.sample, noise), accepted

@@ -1,0 +1,22 @@
+"""`dgemma-lsp bench step` runs its code on CPU at tiny scale (times meaningless there) and refuses full size without CUDA."""
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # the fused sampler runs in Triton's interpreter on CPU
+
+from dgemma_lsp.bench import step_gpu  # noqa: E402
+
+
+def test_bench_step_reports_every_figure_at_tiny_scale():
+    report = step_gpu.run_benchmark("tiny", "cpu", ["int4"], steps=1, repeats=1)
+    (figure,) = report.figures
+    assert (figure.mode, figure.candidates, figure.steps) == ("int4", 1, 1)
+    assert figure.ms_per_step > 0 and figure.first_draft_ms > 0 and figure.ms_per_canvas >= figure.ms_per_step
+    assert figure.floor_ms > 0 and figure.weight_bytes > 0 and figure.peak_bytes is None
+
+
+def test_bench_step_full_scale_refuses_without_cuda():
+    import argparse
+
+    args = argparse.Namespace(scale="full", modes="int4", steps=16, repeats=1, device="cpu", json=False)
+    assert step_gpu.run(args) == 2

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "humaneval": ("dgemma_lsp.bench.humaneval", "pass@1 on HumanEval-Infilling through the server's pipeline"),
     "quant": ("dgemma_lsp.bench.quant_gpu", "per --quantization mode: resident memory, logits error, ms per step vs floor and bf16"),
     "syntax": ("dgemma_lsp.bench.syntax_bench", "per-keystroke syntax work (incremental parse, plan, context)"),
+    "load": ("dgemma_lsp.bench.load", "one model load: peak host memory, resident bytes, time (first vs cached start)"),
 }
 
 
@@ -44,10 +45,10 @@ def _model_options() -> argparse.ArgumentParser:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(json=False)
     benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
-    parent = _model_options()
     for name, (module_name, help_text) in BENCHMARKS.items():
-        # "resolve": a benchmark may declare --json itself (syntax_bench does).
-        sub = benchmarks.add_parser(name, help=help_text, description=help_text, parents=[parent],
+        # "resolve": a benchmark may declare --json itself (syntax_bench does). A fresh parent each:
+        # resolving removes the option from the parent's shared action, for every later benchmark too.
+        sub = benchmarks.add_parser(name, help=help_text, description=help_text, parents=[_model_options()],
                                     conflict_handler="resolve")
         try:
             module = _import(module_name)
@@ -57,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             # This runs on every `dgemma-lsp` start, --stdio included: a broken
             # benchmark must cost only itself, never the language server.
             sub.description = f"{help_text} (unavailable: {type(error).__name__}: {error})"
-    everything = benchmarks.add_parser("all", parents=[parent],
+    everything = benchmarks.add_parser("all", parents=[_model_options()],
                                        help="the CPU benchmarks on the tiny model, one table (`make bench`)")
     everything.add_argument("--limit", type=int, default=20, help="HumanEval problems in the smoke run")
 

@@ -136,6 +136,8 @@ def _load_weights(folder: Path, config, device: str, dtype: str, quantization: s
     read_files = sorted(cached.glob("*.safetensors")) if from_cache else files
     check_fit(_fit_plan(read_headers(files), skeleton, quantization, device, torch_dtype, read_files))
     if quantization == "none":
+        if progress is not None:
+            progress(0, 1)
         model = TextOnlyDiffusionGemma.from_pretrained(
             folder, dtype=torch_dtype, device_map=device, local_files_only=True
         )

@@ -370,6 +370,8 @@ def load_quantized(
     names_of: dict[str, list[str]] = {}
     for name in manifest["kinds"]:
         names_of.setdefault(manifest["aliases"].get(name, name), []).append(name)
+    if progress is not None:
+        progress(0, len(manifest["files"]))
     for done, file in enumerate(manifest["files"], start=1):
         with safe_open(str(folder / file), framework="pt", device=str(device)) as shard:
             for canonical in shard.keys():

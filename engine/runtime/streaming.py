@@ -160,6 +160,8 @@ def stream_load(skeleton: nn.Module, folder: Path, *, device: str, dtype: torch.
     parameters = _tied_names(skeleton)
     files = checkpoint_files(folder)
     unexpected: list[str] = []
+    if progress is not None:
+        progress(0, len(files))
     with torch.no_grad():
         for done, file in enumerate(files, start=1):
             # One shard mapped at a time: its pages leave the process when the handle closes.
@@ -250,7 +252,7 @@ def _tied_names(model: nn.Module) -> dict[str, list[str]]:
 
 def _assign_parameter(model: nn.Module, names: list[str], value: torch.Tensor, device: str) -> None:
     old = model.get_parameter(names[0])
-    parameter = nn.Parameter(_cast(value, old.dtype).to(device), requires_grad=False)
+    parameter = nn.Parameter(_owned(value, old.dtype, device), requires_grad=False)
     parameter._is_hf_initialized = True
     for name in names:
         module_name, _, attr = name.rpartition(".")
@@ -269,13 +271,16 @@ def _is_buffer(model: nn.Module, name: str) -> bool:
 def _assign_buffer(model: nn.Module, name: str, value: torch.Tensor, device: str) -> None:
     module_name, _, attr = name.rpartition(".")
     module = model.get_submodule(module_name) if module_name else model
-    buffer = _cast(value, module._buffers[attr].dtype).to(device)
+    buffer = _owned(value, module._buffers[attr].dtype, device)
     buffer._is_hf_initialized = True
     module._buffers[attr] = buffer
 
 
-def _cast(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    return value.to(dtype) if value.is_floating_point() and dtype.is_floating_point else value
+def _owned(value: torch.Tensor, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """`value` cast and placed, always in memory of its own: a tensor still backed by the shard's
+    mapping would keep the whole shard (every page read so far) resident after it closes."""
+    dtype = dtype if value.is_floating_point() and dtype.is_floating_point else value.dtype
+    return value.to(device=device, dtype=dtype, copy=True)
 
 
 def _check_complete(model: nn.Module, folder: Path) -> None:

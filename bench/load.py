@@ -34,7 +34,11 @@ def run(args: argparse.Namespace) -> int:
     from dgemma_lsp.engine.errors import EngineError
     from dgemma_lsp.engine.progress import shard_progress_bar
     from dgemma_lsp.engine.runtime.denoising import _resident_bytes
-    from dgemma_lsp.engine.runtime.loading import load_model_and_tokenizer, quantized_cache_dir, resolve_model_folder
+    from dgemma_lsp.engine.runtime.loading import (
+        load_model_and_tokenizer,
+        quantized_cache_dir,
+        resolve_model_folder,
+    )
     from dgemma_lsp.engine.runtime.streaming import checkpoint_files
 
     quantization = getattr(args, "quantization", "none")

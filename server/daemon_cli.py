@@ -110,6 +110,7 @@ def _status(key, paths: EnginePaths, args) -> int:
         f"engine daemon pid {info.pid}: {info.state}{' (' + info.message + ')' if info.message else ''}\n"
         f"  model     {info.model} on {info.device} ({info.quantization}), loaded {info.loads}x, {memory}\n"
         f"  clients   {info.clients}  queue {info.queue}  running {info.running_jobs}\n"
+        f"  prompt cache {info.prompt_cache_bytes / 2**20:.1f} MiB\n"
         f"  uptime    {info.uptime:.0f} s  idle unload {info.idle_unload or 'never'}\n"
         f"  socket    {info.socket}\n  log       {info.log_file}\n"
     )

@@ -26,6 +26,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import Entro
 from ..api import DenoiseRequest, DenoiseResult, Draft, GenerationSettings, RawCandidate, Timings
 from ..errors import BadRequestError, CancelledError
 from .loading import load_model_and_tokenizer
+from .memory_plan import default_prompt_cache_bytes
 from .prompt_cache import PromptCache
 from .prompting import PromptBuilder, PromptIds
 
@@ -104,7 +105,7 @@ class DenoisingRuntime:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.prompts = PromptBuilder(tokenizer)
-        self.prompt_cache = PromptCache()
+        self.prompt_cache = PromptCache(default_prompt_cache_bytes(str(self.device)))
         self.canvas_length: int = model.config.canvas_length
         self.vocab_size: int = model.config.text_config.vocab_size
         config = model.generation_config
@@ -116,11 +117,18 @@ class DenoisingRuntime:
         """Bytes of the model's parameters and buffers; fixed once loaded (status reads it often)."""
 
     @classmethod
-    def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False):
+    def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False,
+             progress=None):
+        """`progress(done, total)` runs after each checkpoint shard (loading.load_model_and_tokenizer)."""
         model, tokenizer, device = load_model_and_tokenizer(
-            spec, device=device, dtype=dtype, quantization=quantization, allow_download=allow_download
+            spec, device=device, dtype=dtype, quantization=quantization, allow_download=allow_download,
+            progress=progress,
         )
         return cls(model, tokenizer, device)
+
+    def set_prompt_cache_budget(self, max_bytes: int | None) -> None:
+        """Bound the prompt cache's snapshots to `max_bytes`; None sizes it from the memory free now."""
+        self.prompt_cache.resize(max_bytes if max_bytes is not None else default_prompt_cache_bytes(str(self.device)))
 
     @property
     def device_name(self) -> str:

@@ -98,3 +98,16 @@ def available_host_bytes() -> int:
 
 def _gib(value: int) -> str:
     return f"{value / GIB:.1f}"
+
+
+PROMPT_CACHE_SHARE = 0.25
+"""Share of the memory left free after loading that prompt-cache snapshots may take by default."""
+PROMPT_CACHE_FLOOR_BYTES = 64 * 1024**2
+PROMPT_CACHE_CEILING_BYTES = 8 * GIB
+
+
+def default_prompt_cache_bytes(device: str) -> int:
+    """The prompt cache's budget when the user sets none: a quarter of what is free after the load,
+    the rest left to activations and the request's own cache copy; within [64 MiB, 8 GiB]."""
+    share = int(free_device_bytes(device) * PROMPT_CACHE_SHARE)
+    return max(PROMPT_CACHE_FLOOR_BYTES, min(PROMPT_CACHE_CEILING_BYTES, share))

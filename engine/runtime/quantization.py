@@ -17,8 +17,8 @@ text-layer weight, so both positions get the *same* quantized module):
   self-conditioning MLP -> `QuantizedLinear`.
 - kept in full precision: embeddings (tied to `lm_head`: quantizing the head
   alone would add a copy, not save one), router projections (routing decides
-  which weights run at all; they are tiny), norms, and the vision tower (unused
-  for code infill).
+  which weights run at all; they are tiny) and norms. The vision tower is not
+  loaded at all (text_model.py).
 
 Why not a library (checked on torch 2.13 CPU, torchao 0.18, transformers 5.23):
 - torchao `Int8WeightOnlyConfig` / `Float8WeightOnlyConfig` work for

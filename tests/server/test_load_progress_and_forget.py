@@ -10,7 +10,16 @@ import subprocess
 import sys
 
 import pytest
-from lsp_session import FAST, capabilities, initialize, open_document, plain, position_of, recording_client, within
+from lsp_session import (
+    FAST,
+    capabilities,
+    initialize,
+    open_document,
+    plain,
+    position_of,
+    recording_client,
+    within,
+)
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig
 

@@ -125,3 +125,21 @@ def test_int4_load_peak_memory_stays_well_below_a_plain_load(sharded_checkpoint,
     assert plain_growth > 0.9 * plain["checkpointBytes"]
     for load in (first, cached):
         assert load["peakRssBytes"] - load["baselineRssBytes"] < plain_growth / 2, load
+
+
+def test_packed_weights_of_an_older_format_are_rebuilt_not_read(tmp_path, monkeypatch):
+    from dgemma_lsp.engine.runtime.quantization import SAVE_FORMAT_VERSION, saved_format_version
+
+    monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path))
+    folder = ensure_tiny_model()
+    old = loading.quantized_cache_dir(folder, "int4")
+    old.mkdir(parents=True)
+    (old / "quantization.json").write_text(json.dumps({"format_version": 1, "mode": "int4"}))
+
+    model, _, _ = loading.load_model_and_tokenizer("tiny", quantization="int4")
+
+    assert model.loaded_from_packed_cache is False
+    assert saved_format_version(old) == SAVE_FORMAT_VERSION
+    again, _, _ = loading.load_model_and_tokenizer("tiny", quantization="int4")
+    assert again.loaded_from_packed_cache is True
+    assert torch.equal(_logits(again), _logits(model))

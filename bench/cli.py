@@ -26,6 +26,7 @@ BENCHMARKS = {
     "syntax": ("dgemma_lsp.bench.syntax_bench", "per-keystroke syntax work (incremental parse, plan, context)"),
     "step": ("dgemma_lsp.bench.step_gpu", "per --quantization mode: the compiled denoising step (CUDA graphs + fused kernels)"),
     "moe": ("dgemma_lsp.bench.moe", "one quantized MoE layer: fused Triton kernels vs the per-expert loop (ops, error, ms)"),
+    "load": ("dgemma_lsp.bench.load", "one model load: peak host memory, resident bytes, time (first vs cached start)"),
 }
 
 

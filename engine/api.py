@@ -179,3 +179,7 @@ class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Bytes of parameters and buffers resident for the model."""
     last_latency_ms: float | None = None
     """Total time of the last finished request."""
+    progress: float | None = None
+    """While loading: the fraction of checkpoint shards read, in [0, 1]; None when not known or not loading."""
+    prompt_cache_bytes: int = 0
+    """Bytes of prompt-cache snapshots kept on the model's device."""

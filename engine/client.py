@@ -55,6 +55,12 @@ class EngineClient(Protocol):
     async def close(self) -> None:
         """Stop all work and release the engine."""
 
+    def forget(self, document: str) -> None:
+        """The document (a prompt cache key, its URI) was closed: free what the engine keeps for it."""
+
+    def set_prompt_cache_budget(self, max_bytes: int | None) -> None:
+        """Bound the engine's prompt cache to `max_bytes`; None lets the engine size it from free memory."""
+
 
 class InProcessEngineClient:
     """Runs an InfillService in this process, one daemon worker thread per call."""
@@ -73,6 +79,8 @@ class InProcessEngineClient:
             return
         loop = asyncio.get_running_loop()
         self._loaded = loop.create_future()
+        # Load progress (shards read) reaches status listeners from the loading thread.
+        self._service.on_change = lambda: loop.call_soon_threadsafe(self._publish)
 
         def load() -> None:
             error: BaseException | None = None
@@ -173,6 +181,12 @@ class InProcessEngineClient:
         self._closed = True
         for cancel in list(self._cancels):
             cancel.set()
+
+    def forget(self, document: str) -> None:
+        self._service.forget(document)
+
+    def set_prompt_cache_budget(self, max_bytes: int | None) -> None:
+        self._service.set_prompt_cache_budget(max_bytes)
 
 
 def _call_unless_cancelled(cancel: threading.Event, callback: DraftListener, draft: Draft) -> None:

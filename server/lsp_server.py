@@ -177,6 +177,8 @@ class DGemmaServer(LanguageServer):
         if settings != self.settings:
             self.cache.clear()
             self.cache.capacity = settings.cache_size
+        if settings.prompt_cache_mb != self.settings.prompt_cache_mb:
+            self.engine.set_prompt_cache_budget(settings.prompt_cache_bytes)
         self.settings = settings
         if problems:
             if show_problems:
@@ -193,6 +195,11 @@ class DGemmaServer(LanguageServer):
     # -- status and progress -------------------------------------------------------------
 
     def on_engine_status(self, status: EngineStatus) -> None:
+        if self._load_progress is not None and status.state == "loading" and status.progress is not None:
+            self.work_done_progress.report(
+                self._load_progress,
+                lsp.WorkDoneProgressReport(percentage=int(status.progress * 100), message=status.message or None),
+            )
         if self._load_progress is not None and status.state not in ("idle", "loading"):
             token, self._load_progress = self._load_progress, None
             message = "model ready" if status.state != "error" else f"model failed to load: {status.message}"
@@ -228,7 +235,8 @@ class DGemmaServer(LanguageServer):
         self.work_done_progress.begin(
             token,
             lsp.WorkDoneProgressBegin(
-                title="DiffusionGemma", message=f"loading model {self.engine.status().model}", cancellable=False
+                title="DiffusionGemma", message=f"loading model {self.engine.status().model}", cancellable=False,
+                percentage=0,
             ),
         )
 
@@ -276,6 +284,7 @@ def status_payload(status: EngineStatus, in_flight: int) -> dict[str, Any]:
         "device": status.device,
         "message": status.message,
         "lastLatencyMs": status.last_latency_ms,
+        "promptCacheBytes": status.prompt_cache_bytes,
         "inFlight": in_flight,
     }
 
@@ -319,6 +328,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.scheduler.supersede(params.text_document.uri)
         ls.documents.close(params.text_document.uri)
         ls.cache.clear(params.text_document.uri)
+        ls.engine.forget(params.text_document.uri)  # its prompt-cache snapshot, in the engine or its daemon
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls: DGemmaServer, params: lsp.DidChangeConfigurationParams) -> None:

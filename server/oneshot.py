@@ -89,7 +89,7 @@ def _complete(args: argparse.Namespace) -> int:
     text, offset = _window_large_text(text, offset)
     doc = SyntaxDocument(text, language_for_path(str(path)))
     service = _service(args)
-    load_ms = service.load()
+    load_ms = _load(service)
     prepared = prepare_infill(doc, offset, _settings(args))
     result = service.denoise(prepared.request, on_draft=_draft_printer(args))
     candidates = finish_candidates(prepared, doc, result)
@@ -124,7 +124,7 @@ def _rewrite(args: argparse.Namespace) -> int:
         raise UsageError(f"--strength must be in (0, 1], got {args.strength}")
     doc = SyntaxDocument(text, language_for_path(str(path)))
     service = _service(args)
-    load_ms = service.load()
+    load_ms = _load(service)
     request = prepare_rewrite(doc, start, end, args.strength, _settings(args))
     result = service.denoise(request, on_draft=_draft_printer(args))
     replacements = [finish_rewrite(raw.text, text[start:end]) for raw in result.candidates]
@@ -154,6 +154,15 @@ def _guarded(command, args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _load(service) -> float:
+    """Load the model with a progress bar on stderr (shards read); stdout keeps only the answer."""
+    from dgemma_lsp.engine.progress import shard_progress_bar
+
+    with shard_progress_bar() as progress:
+        service.on_load_progress = progress
+        return service.load()
 
 
 def _service(args: argparse.Namespace):

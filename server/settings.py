@@ -47,6 +47,15 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
     """Stop a canvas once it is stable and confident; false always runs `steps`."""
     cache_size: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 128
     """Finished completions kept for repeated and typed-ahead requests (0 disables the cache)."""
+    prompt_cache_mb: Annotated[int, msgspec.Meta(ge=0, le=1048576)] | None = msgspec.field(
+        default=None, name="promptCacheMB"
+    )
+    """MiB of encoder-cache snapshots the engine keeps on the GPU (0 keeps none); null: a quarter of
+    the memory free after loading. A daemon shared by several editors takes the last one sent."""
+
+    @property
+    def prompt_cache_bytes(self) -> int | None:
+        return None if self.prompt_cache_mb is None else self.prompt_cache_mb * 1024 * 1024
 
     @property
     def wants_status(self) -> bool:

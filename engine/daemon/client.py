@@ -56,11 +56,13 @@ from .protocol import (
     DraftFrame,
     EngineKey,
     Failed,
+    Forget,
     Goodbye,
     Hello,
     InfoFrame,
     InfoQuery,
     Load,
+    PromptCacheBudget,
     ProtocolError,
     Refused,
     Result,
@@ -352,6 +354,8 @@ class DaemonEngineClient:
         self._ids = itertools.count(1)
         self._closed = False
         self._goodbye: str | None = None  # set when the daemon said it stops on purpose
+        self._prompt_cache_budget: int | None = None
+        self._budget_set = False  # sent again on every (re)connection once the server set it
 
     @classmethod
     def from_args(cls, args) -> DaemonEngineClient:
@@ -424,6 +428,16 @@ class DaemonEngineClient:
             await session.close()
         self._fail_jobs(EngineUnavailableError("the engine client is closed"))
 
+    def forget(self, document: str) -> None:
+        # Not connected: nothing to send; a daemon that lost us keeps the snapshot until its LRU drops it.
+        if self._session is not None and self._session.alive:
+            self._session.send(Forget(document=document))
+
+    def set_prompt_cache_budget(self, max_bytes: int | None) -> None:
+        self._prompt_cache_budget, self._budget_set = max_bytes, True
+        if self._session is not None and self._session.alive:
+            self._session.send(PromptCacheBudget(max_bytes=max_bytes))
+
     # -- connection --------------------------------------------------------------------------
 
     async def _attached(self) -> DaemonSession:
@@ -452,6 +466,8 @@ class DaemonEngineClient:
             on_spawn=lambda: self._set_status(state="loading", message="starting the engine daemon"),
         )
         session.listen(self._on_message, lambda error: self._on_closed(session, error))
+        if self._budget_set:
+            session.send(PromptCacheBudget(max_bytes=self._prompt_cache_budget))
         session.send(Load())  # a fresh or idle-unloaded daemon starts loading now, not at the first keystroke
         log.info("attached to engine daemon pid %d at %s", session.pid, self.paths.folder)
         return session

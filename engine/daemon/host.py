@@ -46,11 +46,13 @@ from .protocol import (
     DraftFrame,
     EngineKey,
     Failed,
+    Forget,
     Goodbye,
     Hello,
     InfoFrame,
     InfoQuery,
     Load,
+    PromptCacheBudget,
     ProtocolError,
     Refused,
     Result,
@@ -164,6 +166,8 @@ class EngineDaemon:
             if ready_fd is not None:
                 os.write(ready_fd, f"{os.getpid()}\n".encode())
                 os.close(ready_fd)
+            # Load progress (shards read) is pushed to every client from the loading thread.
+            self.service.on_change = lambda: loop.call_soon_threadsafe(self._publish)
             dispatcher = asyncio.create_task(self._dispatch(), name="dgemma-dispatch")
             self._arm_idle_timer()  # a daemon nobody attaches to does not stay forever
             await self._stopping.wait()
@@ -270,6 +274,12 @@ class EngineDaemon:
             self._work.set()
         elif isinstance(message, InfoQuery):
             connection.send(InfoFrame(id=message.id, info=self.info(asking=connection)))
+        elif isinstance(message, Forget):
+            self.service.forget(message.document)  # never blocks: deferred while a job runs
+            self._publish()
+        elif isinstance(message, PromptCacheBudget):
+            self.service.set_prompt_cache_budget(message.max_bytes)
+            self._publish()
         elif isinstance(message, Shutdown):
             log.info("shutdown requested by pid %d", connection.pid)
             self._stop_reason = f"stopped on request of pid {connection.pid}"
@@ -463,6 +473,7 @@ class EngineDaemon:
             last_latency_ms=status.last_latency_ms,
             log_file=str(self.paths.log),
             protocol=PROTOCOL_VERSION,
+            prompt_cache_bytes=status.prompt_cache_bytes,
         )
 
 

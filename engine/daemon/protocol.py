@@ -26,8 +26,9 @@ import msgspec
 from ..api import DenoiseRequest, DenoiseResult, Draft, EngineStatus
 from ..errors import EngineError
 
-PROTOCOL_VERSION = 1
-"""Bumped on any incompatible change; a mismatch is refused at the handshake."""
+PROTOCOL_VERSION = 2
+"""Bumped on any incompatible change; a mismatch is refused at the handshake.
+2: Forget and PromptCacheBudget; EngineStatus.progress / prompt_cache_bytes; DaemonInfo.prompt_cache_bytes."""
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 """Largest payload accepted. Requests carry a context cut to a token budget, so
@@ -109,7 +110,21 @@ class Shutdown(msgspec.Struct, frozen=True, tag="shutdown"):
     """Stop the daemon: cancel all work, close every connection, exit."""
 
 
-ClientMessage = Hello | Submit | Cancel | Load | InfoQuery | Shutdown
+class Forget(msgspec.Struct, frozen=True, kw_only=True, tag="forget"):
+    """A document was closed: free what the engine keeps for it (its prompt-cache snapshot). No answer."""
+
+    document: str
+    """The document's prompt cache key (DenoiseRequest.cache_key: its URI)."""
+
+
+class PromptCacheBudget(msgspec.Struct, frozen=True, kw_only=True, tag="prompt-cache-budget"):
+    """Bound the engine's prompt cache (shared by every client: the last one sent wins). No answer."""
+
+    max_bytes: int | None
+    """Bytes of snapshots the engine may keep; None sizes it from the memory free after loading."""
+
+
+ClientMessage = Hello | Submit | Cancel | Load | InfoQuery | Shutdown | Forget | PromptCacheBudget
 
 
 # -- daemon -> client ----------------------------------------------------------------
@@ -156,6 +171,8 @@ class DaemonInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Where the daemon logs."""
     protocol: int
     """PROTOCOL_VERSION of the daemon."""
+    prompt_cache_bytes: int = 0
+    """Bytes of prompt-cache snapshots kept on the model's device."""
 
 
 class Welcome(msgspec.Struct, frozen=True, kw_only=True, tag="welcome"):

@@ -235,6 +235,12 @@ class VllmEngineClient:
         if self._http is not None:
             await self._http.aclose()
 
+    def forget(self, document: str) -> None:
+        """Nothing to free here: vLLM's automatic prefix caching evicts on its own."""
+
+    def set_prompt_cache_budget(self, max_bytes: int | None) -> None:
+        """The server's prefix cache is sized by vLLM (`--gpu-memory-utilization`), not per editor."""
+
     # -- status -------------------------------------------------------------------------------
 
     def status(self) -> EngineStatus:

@@ -28,6 +28,7 @@ from ..api import DenoiseRequest, DenoiseResult, Draft, GenerationSettings, RawC
 from ..errors import BadRequestError, CancelledError
 from .compiled_step import CompiledDenoiser, compile_enabled
 from .loading import load_model_and_tokenizer
+from .memory_plan import default_prompt_cache_bytes
 from .prompt_cache import PromptCache
 from .prompting import PromptBuilder, PromptIds
 
@@ -110,7 +111,7 @@ class DenoisingRuntime:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.prompts = PromptBuilder(tokenizer)
-        self.prompt_cache = PromptCache()
+        self.prompt_cache = PromptCache(default_prompt_cache_bytes(str(self.device)))
         self.canvas_length: int = model.config.canvas_length
         self.vocab_size: int = model.config.text_config.vocab_size
         config = model.generation_config
@@ -124,9 +125,12 @@ class DenoisingRuntime:
         """Denoising steps as CUDA graph replays (compiled_step.py); None: transformers' generate."""
 
     @classmethod
-    def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False, compile=None):
+    def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False, compile=None,
+             progress=None):
+        """`progress(done, total)` runs after each checkpoint shard (loading.load_model_and_tokenizer)."""
         model, tokenizer, device = load_model_and_tokenizer(
-            spec, device=device, dtype=dtype, quantization=quantization, allow_download=allow_download
+            spec, device=device, dtype=dtype, quantization=quantization, allow_download=allow_download,
+            progress=progress,
         )
         runtime = cls(model, tokenizer, device)
         if compile_enabled(compile or os.environ.get(COMPILE_ENV, "auto"), runtime.device):
@@ -137,6 +141,10 @@ class DenoisingRuntime:
                 log.exception("capturing the denoising step failed; transformers' generate serves instead")
                 runtime.compiled = None
         return runtime
+
+    def set_prompt_cache_budget(self, max_bytes: int | None) -> None:
+        """Bound the prompt cache's snapshots to `max_bytes`; None sizes it from the memory free now."""
+        self.prompt_cache.resize(max_bytes if max_bytes is not None else default_prompt_cache_bytes(str(self.device)))
 
     @property
     def device_name(self) -> str:

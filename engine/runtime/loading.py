@@ -2,7 +2,11 @@
 
 A model spec is `tiny` (built locally, see tiny_model), a local folder, or a
 Hugging Face id looked up in the local HF cache. Loading is offline: nothing is
-downloaded unless the user runs `dgemma-lsp fetch-model`. Every failure is a
+downloaded unless the user runs `dgemma-lsp fetch-model`. The vision tower is
+never loaded (text_model); before any weight is read the planned resident size
+is checked against free memory (memory_plan); quantized modes stream the
+checkpoint shard by shard (streaming) and keep the packed result for later
+starts (quantization.save_quantized). Every failure is a
 ModelNotFoundError / ModelLoadError with one line that names the model and what
 to do. Knows torch and transformers; knows nothing of prompts or LSP.
 """
@@ -10,9 +14,14 @@ to do. Knows torch and transformers; knows nothing of prompts or LSP.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ModelLoadError, ModelNotFoundError
+from .memory_plan import FitPlan, available_host_bytes, check_fit, free_device_bytes
+
+ProgressFn = Callable[[int, int], None]
+"""Called with (shards done, shards in all) while weights load."""
 
 DEFAULT_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
 log = logging.getLogger(__name__)
@@ -70,15 +79,19 @@ def load_model_and_tokenizer(
     dtype: str | None = None,
     quantization: str = "none",
     allow_download: bool = False,
+    progress: ProgressFn | None = None,
 ):
-    """Returns (model, tokenizer, device) ready for generate, in eval mode."""
+    """Returns (model, tokenizer, device) ready for generate, in eval mode.
+
+    `progress(done, total)` runs after each checkpoint shard is read (the `none`
+    mode reads through `from_pretrained`: one step, at its end).
+    """
     folder = resolve_model_folder(spec, allow_download=allow_download)
     device, dtype = pick_device_and_dtype(device, dtype)
     if not (folder / "config.json").is_file():
         raise ModelLoadError(f"model folder '{folder}' is incomplete: config.json is missing")
 
-    import torch
-    from transformers import AutoConfig, AutoTokenizer, DiffusionGemmaForBlockDiffusion
+    from transformers import AutoConfig, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # progress bars would clutter the editor's log
@@ -92,13 +105,7 @@ def load_model_and_tokenizer(
         )
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        if quantization == "none":
-            model = DiffusionGemmaForBlockDiffusion.from_pretrained(
-                folder, dtype=getattr(torch, dtype), local_files_only=True
-            )
-            model.to(device)
-        else:
-            model = _load_quantized(folder, config, device, dtype, quantization)
+        model = _load_weights(folder, config, device, dtype, quantization, progress)
         model.eval()
     except (ModelLoadError, ModelNotFoundError):
         raise
@@ -106,6 +113,75 @@ def load_model_and_tokenizer(
         raise ModelLoadError(f"could not load model '{spec}' from '{folder}': {_first_line(error)}") from None
     log.info("loaded %s from %s on %s (%s)", spec, folder, device, dtype)
     return model, tokenizer, device
+
+
+def _load_weights(folder: Path, config, device: str, dtype: str, quantization: str, progress: ProgressFn | None):
+    """The model, never with its vision tower; checked to fit before a weight is read.
+
+    - none: `from_pretrained` with a device map, so weights go straight to the device;
+    - a packed mode, first start: streamed shard by shard, packed as read, then saved;
+    - a packed mode, later starts: the saved packed shards, streamed.
+    """
+    import torch
+
+    from .quantization import SAVE_FORMAT_VERSION, load_quantized, save_quantized, saved_format_version
+    from .streaming import checkpoint_files, read_headers, stream_load
+    from .text_model import TextOnlyDiffusionGemma
+
+    torch_dtype = getattr(torch, dtype)
+    files = checkpoint_files(folder)
+    skeleton = _skeleton(config, torch_dtype)
+    cached = quantized_cache_dir(folder, quantization)
+    from_cache = quantization != "none" and saved_format_version(cached) == SAVE_FORMAT_VERSION
+    read_files = sorted(cached.glob("*.safetensors")) if from_cache else files
+    check_fit(_fit_plan(read_headers(files), skeleton, quantization, device, torch_dtype, read_files))
+    if quantization == "none":
+        if progress is not None:
+            progress(0, 1)
+        model = TextOnlyDiffusionGemma.from_pretrained(
+            folder, dtype=torch_dtype, device_map=device, local_files_only=True
+        )
+        if progress is not None:
+            progress(1, 1)
+        return model
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
+
+    if from_cache:
+        report = load_quantized(skeleton, cached, device=device, progress=progress)
+        log.info("loaded %s weights from %s: %s", quantization, cached, report)
+    else:
+        report = stream_load(skeleton, folder, device=device, dtype=torch_dtype, mode=quantization,
+                             progress=progress)
+        save_quantized(skeleton, cached)
+        log.info("quantized %s to %s while loading and saved it in %s: %s", folder, quantization, cached, report)
+    skeleton.generation_config = DiffusionGemmaGenerationConfig.from_pretrained(folder)
+    skeleton.loaded_from_packed_cache = from_cache
+    return skeleton
+
+
+def _skeleton(config, torch_dtype):
+    """The text-only model on the meta device, in the dtype `from_pretrained` would build it in."""
+    import torch
+    from transformers.modeling_utils import local_torch_dtype
+
+    from .text_model import TextOnlyDiffusionGemma
+
+    with local_torch_dtype(torch_dtype), torch.device("meta"):
+        return TextOnlyDiffusionGemma(config)
+
+
+def _fit_plan(infos, skeleton, quantization: str, device: str, torch_dtype, read_files: list[Path]) -> FitPlan:
+    from .quantization import MODES
+    from .streaming import planned_bytes
+
+    return FitPlan(
+        mode=quantization,
+        device=device,
+        resident_bytes={mode: planned_bytes(infos, skeleton, mode, torch_dtype) for mode in MODES},
+        device_free_bytes=free_device_bytes(device),
+        host_free_bytes=available_host_bytes(),
+        host_pass_bytes=max((file.stat().st_size for file in read_files), default=0),
+    )
 
 
 def cache_root() -> Path:
@@ -124,44 +200,6 @@ def quantized_cache_dir(folder: Path, quantization: str) -> Path:
     config = folder / "config.json"
     key = f"{folder.resolve()}|{config.stat().st_mtime_ns}|{quantization}"
     return cache_root() / "quantized" / hashlib.sha256(key.encode()).hexdigest()[:16]
-
-
-def _load_quantized(folder: Path, config, device: str, dtype: str, quantization: str):
-    """Quantize the checkpoint once and save the packed weights; later starts load only those.
-
-    The first start holds the full-precision checkpoint in memory: on the GPU when
-    it fits there, else on the CPU (quantized there, then moved).
-    """
-    import torch
-    from transformers import DiffusionGemmaForBlockDiffusion
-    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
-
-    from .quantization import load_quantized, quantize_model, save_quantized
-
-    cached = quantized_cache_dir(folder, quantization)
-    if (cached / "quantization.json").is_file():
-        with torch.device("meta"):
-            model = DiffusionGemmaForBlockDiffusion(config)
-        report = load_quantized(model, cached, device=device)
-        model.generation_config = DiffusionGemmaGenerationConfig.from_pretrained(folder)
-        log.info("loaded %s weights from %s: %s", quantization, cached, report)
-        return model
-    model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=getattr(torch, dtype), local_files_only=True)
-    model.to(device if _fits_on(device, model) else "cpu")
-    report = quantize_model(model, quantization)
-    model.to(device)
-    save_quantized(model, cached)
-    log.info("quantized %s to %s and saved it in %s: %s", folder, quantization, cached, report)
-    return model
-
-
-def _fits_on(device: str, model) -> bool:
-    import torch
-
-    if not device.startswith("cuda"):
-        return True
-    free, _ = torch.cuda.mem_get_info(torch.device(device))
-    return free > 1.1 * sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def _first_line(error: BaseException) -> str:

@@ -17,8 +17,8 @@ text-layer weight, so both positions get the *same* quantized module):
   self-conditioning MLP -> `QuantizedLinear`.
 - kept in full precision: embeddings (tied to `lm_head`: quantizing the head
   alone would add a copy, not save one), router projections (routing decides
-  which weights run at all; they are tiny), norms, and the vision tower (unused
-  for code infill).
+  which weights run at all; they are tiny) and norms. The vision tower is not
+  loaded at all (text_model.py).
 
 Why not a library (checked on torch 2.13 CPU, torchao 0.18, transformers 5.23):
 - torchao `Int8WeightOnlyConfig` / `Float8WeightOnlyConfig` work for
@@ -37,16 +37,19 @@ kernel does not apply (fp8 before sm_89, a group under 16), they keep the
 plain torch path below (dequantize, `F.linear`), which is also the reference
 the kernels are tested against. `backend` on a module forces one or the other.
 
-Save format (a folder): `quantized.safetensors` holds every parameter and
-buffer of the model once (non-persistent buffers too, so a skeleton built on
-the meta device loads completely); `quantization.json` records the mode, the
-group size, the modules replaced and which names alias which tensor.
+Save format (a folder, version 2): `quantized-NNNNN.safetensors` shards hold
+every parameter and buffer of the model once (non-persistent buffers too, so a
+skeleton built on the meta device loads completely); `quantization.json`
+records the format version, the mode, the group size, the shard files, the
+modules replaced and which names alias which tensor. Saving and loading go one
+shard at a time, so neither ever holds the whole model in host memory.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -62,8 +65,10 @@ Mode = Literal["none", "fp8", "int8", "int4"]
 Backend = Literal["auto", "torch", "triton"]
 MODES: tuple[Mode, ...] = ("none", "fp8", "int8", "int4")
 DEFAULT_GROUP_SIZE = 128
-SAVE_FORMAT_VERSION = 1
-WEIGHTS_FILE = "quantized.safetensors"
+SAVE_FORMAT_VERSION = 2
+"""2: sharded (`files` in the manifest), no vision tower; 1 was one file with everything."""
+WEIGHTS_SHARD = "quantized-{:05d}.safetensors"
+DEFAULT_SHARD_BYTES = 2 * 1024**3
 MANIFEST_FILE = "quantization.json"
 
 
@@ -308,22 +313,27 @@ def quantize_model(
     )
 
 
-def save_quantized(model: nn.Module, folder: Path) -> None:
-    """Write the whole quantized model (every tensor once) to `folder`, replacing what was there."""
+def save_quantized(model: nn.Module, folder: Path, *, shard_bytes: int = DEFAULT_SHARD_BYTES) -> None:
+    """Write the whole quantized model (every tensor once) to `folder`, replacing what was there.
+
+    Tensors go to host memory one shard (about `shard_bytes`) at a time, so saving a
+    model that lives on the GPU never needs a host copy of all of it.
+    """
     from safetensors.torch import save_file
 
     mode, group_size = getattr(model, "_dgemma_quantization", ("none", DEFAULT_GROUP_SIZE))
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    (folder / MANIFEST_FILE).unlink(missing_ok=True)  # the folder is incomplete until the manifest is back
     unique: dict[int, str] = {}
-    tensors: dict[str, torch.Tensor] = {}
+    canonical_tensors: list[tuple[str, torch.Tensor]] = []
     aliases: dict[str, str] = {}
     kinds: dict[str, str] = {}
     for name, tensor, kind in _all_tensors(model):
         kinds[name] = kind
         canonical = unique.setdefault(id(tensor), name)
         if canonical == name:
-            tensors[name] = tensor.detach().contiguous().cpu()
+            canonical_tensors.append((name, tensor))
         else:
             aliases[name] = canonical
     replaced = {
@@ -331,42 +341,72 @@ def save_quantized(model: nn.Module, folder: Path) -> None:
         for name, module in model.named_modules(remove_duplicate=False)
         if isinstance(module, QuantizedExperts | QuantizedLinear)
     }
+    files: list[str] = []
+    shard: dict[str, torch.Tensor] = {}
+    size = 0
+
+    def flush() -> None:
+        nonlocal shard, size
+        name = WEIGHTS_SHARD.format(len(files) + 1)
+        # A temporary name first: a crash mid-save must not leave a folder that looks complete.
+        save_file(shard, folder / (name + ".partial"))
+        (folder / (name + ".partial")).replace(folder / name)
+        files.append(name)
+        shard, size = {}, 0
+
+    for name, tensor in canonical_tensors:
+        shard[name] = tensor.detach().contiguous().cpu()
+        size += tensor.numel() * tensor.element_size()
+        if size >= shard_bytes:
+            flush()
+    if shard or not files:
+        flush()
     manifest = {
         "format_version": SAVE_FORMAT_VERSION,
         "mode": mode,
         "group_size": group_size,
+        "files": files,
         "modules": replaced,
         "aliases": aliases,
         "kinds": kinds,
     }
-    # Write to temporary names first: a crash mid-save must not leave a folder that looks complete.
-    save_file(tensors, folder / (WEIGHTS_FILE + ".partial"))
     (folder / (MANIFEST_FILE + ".partial")).write_text(json.dumps(manifest, indent=1), "utf-8")
-    (folder / (WEIGHTS_FILE + ".partial")).replace(folder / WEIGHTS_FILE)
     (folder / (MANIFEST_FILE + ".partial")).replace(folder / MANIFEST_FILE)
 
 
-def load_quantized(
-    model_skeleton: nn.Module, folder: Path, *, device: str | torch.device = "cpu"
-) -> QuantizationReport:
-    """Fill `model_skeleton` in place from a folder written by `save_quantized`.
+def saved_format_version(folder: Path) -> int | None:
+    """The format version of the packed weights in `folder`, or None when there are none (or half)."""
+    try:
+        return int(json.loads((Path(folder) / MANIFEST_FILE).read_text("utf-8"))["format_version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
-    The skeleton is an unquantized DiffusionGemmaForBlockDiffusion of the same
-    config; build it on the meta device so no memory or time goes into weights
-    that are about to be replaced:
-        with torch.device("meta"): model = DiffusionGemmaForBlockDiffusion(config)
+
+def load_quantized(
+    model_skeleton: nn.Module,
+    folder: Path,
+    *,
+    device: str | torch.device = "cpu",
+    progress: Callable[[int, int], None] | None = None,
+) -> QuantizationReport:
+    """Fill `model_skeleton` in place from a folder written by `save_quantized`, one shard at a time.
+
+    The skeleton is an unquantized DiffusionGemma of the same config; build it on
+    the meta device so no memory or time goes into weights that are about to be
+    replaced:
+        with torch.device("meta"): model = TextOnlyDiffusionGemma(config)
         load_quantized(model, folder, device="cuda")
-    The expert/linear byte counts in the returned report are of the loaded
-    packed tensors; "before" is what the same tensors take in bf16.
+    `progress(done, total)` runs after each shard. The expert/linear byte counts in
+    the returned report are of the loaded packed tensors; "before" is what the
+    same tensors take in bf16.
     """
-    from safetensors.torch import load_file
+    from safetensors import safe_open
 
     folder = Path(folder)
     manifest = json.loads((folder / MANIFEST_FILE).read_text("utf-8"))
     assert manifest["format_version"] == SAVE_FORMAT_VERSION, (
         f"{folder} holds quantization format {manifest['format_version']}, this build reads {SAVE_FORMAT_VERSION}"
     )
-    tensors = load_file(folder / WEIGHTS_FILE, device=str(device))
     shared: dict[tuple, nn.Module] = {}
     for name, spec in manifest["modules"].items():
         original = model_skeleton.get_submodule(name)
@@ -378,9 +418,20 @@ def load_quantized(
         if key not in shared:
             shared[key] = _empty_quantized(spec, original)
         _replace_module(model_skeleton, name, shared[key])
-    params: dict[int, nn.Parameter] = {}
-    for name, kind in manifest["kinds"].items():
-        _assign(model_skeleton, name, tensors[manifest["aliases"].get(name, name)], kind, params)
+    names_of: dict[str, list[str]] = {}
+    for name in manifest["kinds"]:
+        names_of.setdefault(manifest["aliases"].get(name, name), []).append(name)
+    if progress is not None:
+        progress(0, len(manifest["files"]))
+    for done, file in enumerate(manifest["files"], start=1):
+        with safe_open(str(folder / file), framework="pt", device=str(device)) as shard:
+            for canonical in shard.keys():
+                tensor = shard.get_tensor(canonical)
+                params: dict[int, nn.Parameter] = {}  # per tensor: ids of freed tensors get reused
+                for name in names_of.get(canonical, []):
+                    _assign(model_skeleton, name, tensor, manifest["kinds"][name], params)
+        if progress is not None:
+            progress(done, len(manifest["files"]))
     leftovers = [n for n, t, _ in _all_tensors(model_skeleton) if t.device.type == "meta"]
     assert not leftovers, f"{folder} does not cover the skeleton: {leftovers[:5]}"
     model_skeleton._dgemma_quantization = (manifest["mode"], manifest["group_size"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..api import DenoiseRequest, DenoiseResult, Draft, EngineStatus
 from ..errors import EngineError
@@ -43,7 +44,15 @@ class InfillService:
         self._message = ""
         self._loads = 0
         self._last_latency_ms: float | None = None
+        self._progress: float | None = None
+        self._prompt_cache_budget: int | None = None  # None: sized from free memory after the load
+        self._pending_forgets: set[str] = set()
+        self._budget_changed = False
         self.last_load_ms = 0.0
+        self.on_change: Callable[[], Any] | None = None
+        """Called (from the loading thread) when load progress moved; the owner republishes status."""
+        self.on_load_progress: Callable[[int, int], Any] | None = None
+        """Also called with (shards done, total) while loading: a CLI draws its bar from it."""
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -58,23 +67,67 @@ class InfillService:
                 return 0.0
             from .denoising import DenoisingRuntime  # torch is imported only when a model is needed
 
-            self._state, self._message = "loading", ""
+            self._state, self._message, self._progress = "loading", "", None
             started = time.perf_counter()
             try:
-                self._runtime = DenoisingRuntime.load(
+                runtime = DenoisingRuntime.load(
                     self.model_spec,
                     device=self._device,
                     dtype=self._dtype,
                     quantization=self._quantization,
                     allow_download=self._allow_download,
+                    progress=self._loaded_shards,
                 )
             except EngineError as error:
-                self._state, self._message = "error", str(error)
+                self._state, self._message, self._progress = "error", str(error), None
                 raise
+            if self._prompt_cache_budget is not None:
+                runtime.set_prompt_cache_budget(self._prompt_cache_budget)
+            self._runtime = runtime
+            self._progress, self._message = None, ""
             self._loads += 1
             self._state = "ready"
             self.last_load_ms = (time.perf_counter() - started) * 1000
             return self.last_load_ms
+
+    def _loaded_shards(self, done: int, total: int) -> None:
+        self._progress = done / total if total else None
+        self._message = f"reading weights: {done}/{total} shards"
+        if self.on_load_progress is not None:
+            self.on_load_progress(done, total)
+        if self.on_change is not None:
+            self.on_change()
+
+    def forget(self, document: str) -> None:
+        """Drop the prompt-cache snapshot of a closed document (now, or right after the running request)."""
+        self._pending_forgets.add(document)
+        self._apply_cache_changes_if_idle()
+
+    def set_prompt_cache_budget(self, max_bytes: int | None) -> None:
+        """Bound the prompt cache to `max_bytes` (None: a share of the memory free after loading)."""
+        self._prompt_cache_budget = max_bytes
+        self._budget_changed = True
+        self._apply_cache_changes_if_idle()
+
+    def _apply_cache_changes_if_idle(self) -> None:
+        # The cache is not thread-safe and a request may be reading it: never block the
+        # caller's event loop on that request; it applies the changes when it finishes.
+        if self._run_lock.acquire(blocking=False):
+            try:
+                self._apply_cache_changes()
+            finally:
+                self._run_lock.release()
+
+    def _apply_cache_changes(self) -> None:
+        """Pending forgets and budget change; called holding the run lock."""
+        if self._runtime is None:
+            self._pending_forgets.clear()  # nothing cached: a fresh load starts empty
+            return
+        while self._pending_forgets:
+            self._runtime.prompt_cache.forget(self._pending_forgets.pop())
+        if self._budget_changed:
+            self._budget_changed = False
+            self._runtime.set_prompt_cache_budget(self._prompt_cache_budget)
 
     def unload(self) -> None:
         """Drop the model and its caches (idle unload); the next request loads it again."""
@@ -98,6 +151,8 @@ class InfillService:
             loads=self._loads,
             memory_bytes=runtime.memory_bytes if runtime else 0,
             last_latency_ms=self._last_latency_ms,
+            progress=self._progress if self._state == "loading" else None,
+            prompt_cache_bytes=runtime.prompt_cache.bytes if runtime else 0,
         )
 
     # -- work ------------------------------------------------------------------
@@ -120,6 +175,7 @@ class InfillService:
                 result = self._runtime.run(request, on_draft=on_draft, cancel=cancel)
             finally:
                 self._state = "ready" if self._runtime is not None else self._state
+                self._apply_cache_changes()
         if load_ms:
             result = _with_load_time(result, load_ms)
         self._last_latency_ms = result.timings_ms.total

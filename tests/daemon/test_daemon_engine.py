@@ -188,3 +188,26 @@ async def test_a_bad_request_fails_alone_with_its_own_error(client):
     with pytest.raises(errors.BadRequestError):
         await within(client.denoise(bad, lambda draft: None))
     assert len((await within(client.denoise(quick(), lambda draft: None))).candidates) == 1
+
+
+async def test_a_closed_document_is_forgotten_through_the_daemon_and_status_reports_the_bytes(daemon, client):
+    import msgspec
+    from daemon_helpers import engine_status
+
+    uri = "file:///tmp/forget_me.py"
+    await within(client.denoise(msgspec.structs.replace(quick(), cache_key=uri), lambda draft: None))
+    assert (await within(query_info(daemon.key, daemon.paths))).prompt_cache_bytes > 0
+    assert engine_status()["promptCacheBytes"] > 0  # `engine status --json`
+
+    client.forget(uri)
+
+    async def forgotten() -> None:
+        while (await query_info(daemon.key, daemon.paths)).prompt_cache_bytes:
+            await asyncio.sleep(0.05)
+
+    await within(forgotten(), 30)
+
+    client.set_prompt_cache_budget(0)  # keep nothing: the next request's snapshot is used, not kept
+    await within(client.denoise(msgspec.structs.replace(quick(), cache_key=uri), lambda draft: None))
+    assert (await within(query_info(daemon.key, daemon.paths))).prompt_cache_bytes == 0
+    client.set_prompt_cache_budget(None)

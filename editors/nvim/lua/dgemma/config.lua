@@ -20,7 +20,8 @@ M.defaults = {
   -- Files or folders that mark a project root; with none found the server runs in single-file mode.
   root_markers = { '.git' },
   -- Server settings, sent as initializationOptions (camelCase, as the server reads them):
-  -- drafts, maxCandidates, steps, maxTokens, seed, debounceMs, contextTokens, rewriteStrength.
+  -- drafts, maxCandidates, steps, maxTokens, seed, debounceMs, contextTokens, rewriteStrength,
+  -- promptCacheMB.
   -- `drafts = true` asks for streamed `dgemma/draft` notifications, drawn while the model denoises.
   settings = { drafts = true },
   -- Neovim 0.11 only (0.12's built-in has a fixed 200 ms): wait this long after the last keystroke

@@ -1,0 +1,332 @@
+"""Streaming, quantizing load of a DiffusionGemma checkpoint: one safetensors shard at a time.
+
+Owns: listing a checkpoint's shards and reading their headers (shapes and
+dtypes, no data), mapping checkpoint keys to module names the way
+`from_pretrained` does, and filling a meta-device skeleton shard by shard —
+each expert/linear tensor packed the moment it is read and placed on the target
+device, every other tensor cast and placed as it arrives. Host memory holds one
+shard's mapping and one tensor's temporaries at a time, never the whole
+full-precision checkpoint. Knows safetensors, torch and transformers' loading
+helpers; knows nothing of prompts, LSP, or where checkpoints live.
+
+Why not `from_pretrained(quantization_config=...)`: no transformers quantizer
+packs the fused 3-D expert tensors into our formats (see quantization.py), and a
+custom `HfQuantizer` would tie this code to transformers' private loading loop.
+So this reuses the public pieces instead: the model's own conversion mapping
+(key renames, `get_model_conversion_mapping` + `rename_source_key`), its tie
+structure (a meta skeleton already shares tied Parameters), and its own
+`initialize_weights` for what the checkpoint does not hold (rotary tables and
+other non-persistent buffers), exactly as `from_pretrained` does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..errors import ModelLoadError
+from .quant_formats import PACKED_MODES, effective_group_size, quantize
+from .quantization import (
+    DEFAULT_GROUP_SIZE,
+    QuantizationReport,
+    QuantizedExperts,
+    QuantizedLinear,
+    _quantizable_modules,
+    _replace_module,
+    _report_from_loaded,
+)
+from .text_model import is_vision_key
+
+log = logging.getLogger(__name__)
+
+ProgressFn = Callable[[int, int], None]
+"""Called with (shards done, shards in all) after each shard."""
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+               "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One checkpoint tensor, from its shard's header."""
+
+    file: Path
+    key: str
+    """Name in the checkpoint."""
+    shape: tuple[int, ...]
+    dtype: str
+    """safetensors dtype name (BF16, F32, ...)."""
+
+    @property
+    def bytes(self) -> int:
+        return _numel(self.shape) * DTYPE_BYTES.get(self.dtype, 4)
+
+
+def checkpoint_files(folder: Path) -> list[Path]:
+    """The checkpoint's safetensors shards, in index order."""
+    folder = Path(folder)
+    index = folder / INDEX_FILE
+    if index.is_file():
+        weight_map = json.loads(index.read_text("utf-8"))["weight_map"]
+        names = sorted(set(weight_map.values()))
+        missing = [name for name in names if not (folder / name).is_file()]
+        if missing:
+            raise ModelLoadError(f"model folder '{folder}' is incomplete: {', '.join(missing[:3])} missing")
+        return [folder / name for name in names]
+    if (folder / SINGLE_FILE).is_file():
+        return [folder / SINGLE_FILE]
+    raise ModelLoadError(f"model folder '{folder}' has no safetensors weights ({SINGLE_FILE} or {INDEX_FILE})")
+
+
+def read_headers(files: list[Path]) -> list[TensorInfo]:
+    """Every tensor's name, shape and dtype; reads only the shards' headers."""
+    from safetensors import safe_open
+
+    infos = []
+    for file in files:
+        with safe_open(str(file), framework="pt") as shard:
+            for key in shard.keys():
+                piece = shard.get_slice(key)
+                infos.append(TensorInfo(file, key, tuple(piece.get_shape()), piece.get_dtype()))
+    return infos
+
+
+class KeyMapper:
+    """Checkpoint key -> the skeleton's name, as `from_pretrained` maps it for this model class."""
+
+    def __init__(self, model: nn.Module) -> None:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightConverter, WeightRenaming
+
+        transforms = get_model_conversion_mapping(model)
+        self._renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
+        self._converters = [t for t in transforms if isinstance(t, WeightConverter)]
+        self._prefix = getattr(model, "base_model_prefix", None)
+        self._known = {name: True for name, _, _ in _named_tensors(model)}
+
+    def __call__(self, key: str) -> str:
+        from transformers.core_model_loading import rename_source_key
+
+        name, converter = rename_source_key(key, self._renamings, self._converters, self._prefix, self._known)
+        if converter is not None:
+            # A converter merges or splits tensors across keys: it cannot run one tensor at a time.
+            raise ModelLoadError(
+                f"checkpoint key '{key}' needs transformers' '{converter}' conversion, which the streaming "
+                "loader does not do; load it with --quantization none"
+            )
+        return name
+
+
+def planned_bytes(infos: list[TensorInfo], skeleton: nn.Module, mode: str, dtype: torch.dtype,
+                  group_size: int = DEFAULT_GROUP_SIZE) -> int:
+    """Resident bytes after loading `infos` into `skeleton` in `mode`: each tied tensor once, no vision."""
+    mapper = KeyMapper(skeleton)
+    targets = _quantized_targets(skeleton) if mode in PACKED_MODES else {}
+    size = torch.tensor([], dtype=dtype).element_size()
+    total = 0
+    for info in infos:
+        name = mapper(info.key)
+        if is_vision_key(name):
+            continue
+        if name in targets:
+            total += _packed_bytes(info.shape, mode, group_size)
+        elif info.dtype in ("F64", "F32", "BF16", "F16"):
+            total += _numel(info.shape) * size
+        else:
+            total += info.bytes
+    return total
+
+
+def stream_load(skeleton: nn.Module, folder: Path, *, device: str, dtype: torch.dtype, mode: str,
+                group_size: int = DEFAULT_GROUP_SIZE, progress: ProgressFn | None = None) -> QuantizationReport:
+    """Fill `skeleton` (built on the meta device, tied like after `from_pretrained`) from `folder`, packing
+    the experts and text linears in `mode` as they are read; returns what was packed.
+
+    Raises ModelLoadError when the checkpoint lacks a weight the skeleton needs.
+    """
+    from safetensors import safe_open
+
+    assert mode in PACKED_MODES, f"stream_load packs weights; got mode {mode!r}"
+    mapper = KeyMapper(skeleton)
+    targets = _quantized_targets(skeleton, replace_with_mode=mode)
+    parameters = _tied_names(skeleton)
+    files = checkpoint_files(folder)
+    unexpected: list[str] = []
+    if progress is not None:
+        progress(0, len(files))
+    with torch.no_grad():
+        for done, file in enumerate(files, start=1):
+            # One shard mapped at a time: its pages leave the process when the handle closes.
+            with safe_open(str(file), framework="pt", device="cpu") as shard:
+                for key in shard.keys():
+                    name = mapper(key)
+                    if is_vision_key(name):
+                        continue  # never read
+                    if name in targets:
+                        module, which = targets[name]
+                        _pack_into(module, which, shard.get_tensor(key), mode, group_size, device)
+                    elif name in parameters:
+                        _assign_parameter(skeleton, parameters[name], shard.get_tensor(key), device)
+                    elif _is_buffer(skeleton, name):
+                        _assign_buffer(skeleton, name, shard.get_tensor(key), device)
+                    else:
+                        unexpected.append(key)
+            if progress is not None:
+                progress(done, len(files))
+    if unexpected:
+        log.warning("checkpoint keys the model does not use: %s", ", ".join(unexpected[:5]))
+    _check_complete(skeleton, folder)
+    _initialize_the_rest(skeleton, device)
+    skeleton._dgemma_quantization = (mode, group_size)  # read by save_quantized
+    return _report_from_loaded(skeleton, mode, group_size)
+
+
+# -- pieces -------------------------------------------------------------------------------
+
+
+def _quantized_targets(model: nn.Module, replace_with_mode: str | None = None) -> dict[str, tuple[nn.Module, str]]:
+    """Checkpoint names of the tensors to pack -> (their packed module, "gate_up" | "down" | "weight").
+
+    With `replace_with_mode`, every expert/linear module (each tied position) is
+    swapped for one empty packed module per tied group, filled as tensors arrive.
+    """
+    experts_groups, linear_groups = _quantizable_modules(model)
+    targets: dict[str, tuple[nn.Module, str]] = {}
+    for modules in experts_groups:
+        original = modules[0][1]
+        packed = (QuantizedExperts(mode=replace_with_mode, num_experts=original.num_experts, act_fn=original.act_fn)
+                  if replace_with_mode else original)
+        for name, _ in modules:
+            targets[f"{name}.gate_up_proj"] = (packed, "gate_up")
+            targets[f"{name}.down_proj"] = (packed, "down")
+            if replace_with_mode:
+                _replace_module(model, name, packed)
+    for modules in linear_groups:
+        original = modules[0][1]
+        assert original.bias is None, "the DiffusionGemma text linears have no bias; a biased one would lose it"
+        packed = (QuantizedLinear(mode=replace_with_mode, in_features=original.in_features,
+                                  out_features=original.out_features) if replace_with_mode else original)
+        for name, _ in modules:
+            targets[f"{name}.weight"] = (packed, "weight")
+            if replace_with_mode:
+                _replace_module(model, name, packed)
+    return targets
+
+
+def _pack_into(module: nn.Module, which: str, weight: torch.Tensor, mode: str, group_size: int,
+               device: str) -> None:
+    """Pack `weight` (host memory) on `device` into `module`'s `{which}_data` / `{which}_scales` buffers."""
+    if weight.dim() == 2:
+        data, scales = quantize(weight.to(device), mode, group_size)
+    else:
+        # [E, N, K] one expert at a time: the fp32 temporaries stay one expert big, and the
+        # packed stack is written in place rather than stacked (no second copy).
+        data = scales = None
+        for expert in range(weight.shape[0]):
+            expert_data, expert_scales = quantize(weight[expert].to(device), mode, group_size)
+            if data is None:
+                data = torch.empty((weight.shape[0], *expert_data.shape), dtype=expert_data.dtype, device=device)
+                scales = torch.empty((weight.shape[0], *expert_scales.shape), dtype=expert_scales.dtype,
+                                     device=device)
+            data[expert], scales[expert] = expert_data, expert_scales
+    setattr(module, f"{which}_data", data)
+    setattr(module, f"{which}_scales", scales)
+    module._is_hf_initialized = True  # initialize_weights must leave packed modules alone
+
+
+def _tied_names(model: nn.Module) -> dict[str, list[str]]:
+    """Every parameter name -> all the names that share its Parameter (tied positions)."""
+    by_tensor: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        by_tensor.setdefault(id(param), []).append(name)
+    return {name: names for names in by_tensor.values() for name in names}
+
+
+def _assign_parameter(model: nn.Module, names: list[str], value: torch.Tensor, device: str) -> None:
+    old = model.get_parameter(names[0])
+    parameter = nn.Parameter(_owned(value, old.dtype, device), requires_grad=False)
+    parameter._is_hf_initialized = True
+    for name in names:
+        module_name, _, attr = name.rpartition(".")
+        (model.get_submodule(module_name) if module_name else model)._parameters[attr] = parameter
+
+
+def _is_buffer(model: nn.Module, name: str) -> bool:
+    module_name, _, attr = name.rpartition(".")
+    try:
+        module = model.get_submodule(module_name) if module_name else model
+    except AttributeError:
+        return False
+    return attr in module._buffers
+
+
+def _assign_buffer(model: nn.Module, name: str, value: torch.Tensor, device: str) -> None:
+    module_name, _, attr = name.rpartition(".")
+    module = model.get_submodule(module_name) if module_name else model
+    buffer = _owned(value, module._buffers[attr].dtype, device)
+    buffer._is_hf_initialized = True
+    module._buffers[attr] = buffer
+
+
+def _owned(value: torch.Tensor, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """`value` cast and placed, always in memory of its own: a tensor still backed by the shard's
+    mapping would keep the whole shard (every page read so far) resident after it closes."""
+    dtype = dtype if value.is_floating_point() and dtype.is_floating_point else value.dtype
+    return value.to(device=device, dtype=dtype, copy=True)
+
+
+def _check_complete(model: nn.Module, folder: Path) -> None:
+    missing = [name for name, param in model.named_parameters() if param.device.type == "meta"]
+    missing += [name for module in model.modules() if isinstance(module, QuantizedExperts | QuantizedLinear)
+                for name, buffer in module.named_buffers() if buffer.numel() == 0]
+    if missing:
+        raise ModelLoadError(
+            f"model folder '{folder}' lacks {len(missing)} weights the model needs, e.g. {', '.join(missing[:3])}"
+        )
+
+
+def _initialize_the_rest(model: nn.Module, device: str) -> None:
+    """Non-persistent buffers (rotary tables, embedding scales) were never in the checkpoint: build them
+    on `device` and let the model's own `initialize_weights` fill them, as `from_pretrained` does."""
+    for module in model.modules():
+        for attr, buffer in list(module._buffers.items()):
+            if buffer is not None and buffer.device.type == "meta":
+                module._buffers[attr] = torch.empty_like(buffer, device=device)
+    # The init functions skip every tensor flagged `_is_hf_initialized` (all loaded ones), so
+    # this fills only the fresh buffers.
+    model.initialize_weights()
+    leftovers = [name for name, tensor, _ in _named_tensors(model) if tensor.device.type == "meta"]
+    assert not leftovers, f"still on the meta device after loading: {leftovers[:5]}"
+
+
+def _named_tensors(model: nn.Module):
+    for module_name, module in model.named_modules(remove_duplicate=False):
+        prefix = f"{module_name}." if module_name else ""
+        for name, param in module._parameters.items():
+            if param is not None:
+                yield prefix + name, param, "parameter"
+        for name, buffer in module._buffers.items():
+            if buffer is not None:
+                yield prefix + name, buffer, "buffer"
+
+
+def _packed_bytes(shape: tuple[int, ...], mode: str, group_size: int) -> int:
+    numel = _numel(shape)
+    data = numel // 2 if mode == "int4" else numel
+    scales = numel // effective_group_size(shape[-1], group_size) * 2  # bf16 scales
+    return data + scales
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "humaneval": ("dgemma_lsp.bench.humaneval", "pass@1 on HumanEval-Infilling through the server's pipeline"),
     "quant": ("dgemma_lsp.bench.quant_gpu", "per --quantization mode: resident memory, logits error, ms per step vs floor and bf16"),
     "syntax": ("dgemma_lsp.bench.syntax_bench", "per-keystroke syntax work (incremental parse, plan, context)"),
+    "rewrite": ("dgemma_lsp.bench.rewrite", "share of a selection kept by \"Rewrite selection\", per strength"),
 }
 
 
@@ -47,7 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parent = _model_options()
     for name, (module_name, help_text) in BENCHMARKS.items():
         # "resolve": a benchmark may declare --json itself (syntax_bench does).
-        sub = benchmarks.add_parser(name, help=help_text, description=help_text, parents=[parent],
+        # A parent of its own: "resolve" strips a conflicting option string from the parent's
+        # shared action, which would drop --json from every benchmark added after that one.
+        sub = benchmarks.add_parser(name, help=help_text, description=help_text, parents=[_model_options()],
                                     conflict_handler="resolve")
         try:
             module = _import(module_name)

@@ -30,6 +30,8 @@ REWRITE_INSTRUCTION = (
     "Reply with only the new code for {marker}: no explanation, no Markdown fences."
 )
 
+REWRITE_ORIGINAL = "\n\nThe code at {marker} is now:\n\n{fence}\n{original}\n```"
+
 FIM_TOKEN_SETS = (
     ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
     ("<fim_prefix>", "<fim_suffix>", "<fim_middle>"),
@@ -60,7 +62,8 @@ class PromptBuilder:
         )
         self.template_head, self.template_tail = rendered.split(placeholder)
 
-    def build(self, context: InfillContext, *, rewrite: bool = False) -> PromptIds:
+    def build(self, context: InfillContext, *, rewrite: bool = False, original: str | None = None) -> PromptIds:
+        """`original`: a rewrite's selection as it is now, shown to the model after the file."""
         # The cursor's own line goes in the tail: it changes with every keystroke.
         line_start = context.prefix.rfind("\n") + 1
         stable_code = context.preamble + context.prefix[:line_start]
@@ -75,7 +78,10 @@ class PromptBuilder:
             )
             fence = "```" + ("" if context.language == "plaintext" else context.language)
             stable_text = f"{self.template_head}{instruction}\n\n{fence}\n{stable_code}"
-            tail_text = f"{line_before_cursor}{CURSOR_MARKER}{context.suffix}\n```{self.template_tail}"
+            shown = "" if original is None else REWRITE_ORIGINAL.format(
+                marker=CURSOR_MARKER, fence=fence, original=original
+            )
+            tail_text = f"{line_before_cursor}{CURSOR_MARKER}{context.suffix}\n```{shown}{self.template_tail}"
         return PromptIds(stable=self._encode(stable_text), tail=self._encode(tail_text))
 
     def _encode(self, text: str) -> list[int]:

@@ -3,7 +3,7 @@
 Implements initialize (position-encoding negotiation, settings), document sync
 (incremental), textDocument/inlineCompletion, textDocument/codeAction +
 codeAction/resolve ("Rewrite selection"), workspace/executeCommand
-(`dgemma.rewriteSelection`, `dgemma.status`), workspace/didChangeConfiguration,
+(`dgemma.rewriteSelection`, `dgemma.status`, `dgemma.reloadModel`), workspace/didChangeConfiguration,
 and the custom messages documented in README.md (`dgemma/draft`,
 `dgemma/status`, `dgemma/didShowCompletion`, `dgemma/didPartiallyAcceptCompletion`).
 
@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 REWRITE_COMMAND = "dgemma.rewriteSelection"
 STATUS_COMMAND = "dgemma.status"
+RELOAD_COMMAND = "dgemma.reloadModel"
 DRAFT_NOTIFICATION = "dgemma/draft"
 STATUS_NOTIFICATION = "dgemma/status"
 DID_SHOW = "dgemma/didShowCompletion"
@@ -389,6 +390,13 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
     @server.command(STATUS_COMMAND)
     def status_command(ls: DGemmaServer, *args: Any):
         return status_payload(ls.engine.status(), ls.scheduler.in_flight)
+
+    @server.command(RELOAD_COMMAND)
+    async def reload_model(ls: DGemmaServer, *args: Any):
+        # Load again now: after a failed load (the user fixed the folder) or to pick up new files.
+        ls._load_error_shown = False  # a new failure is shown again
+        status = await ls.engine.reload()
+        return status_payload(status, ls.scheduler.in_flight)
 
     @server.feature(DID_SHOW)
     def did_show(ls: DGemmaServer, params: Any) -> None:

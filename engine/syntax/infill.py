@@ -90,6 +90,7 @@ def prepare_rewrite(
     budget_tokens: int = DEFAULT_CONTEXT_TOKENS,
     cache_key: str | None = None,
     keep: str = "canvas",
+    priority: int = 0,
 ) -> DenoiseRequest:
     """Build the request that renoises the selection [start, end) and denoises it in its context.
 
@@ -110,6 +111,7 @@ def prepare_rewrite(
         selection=doc.text[start:end],
         strength=strength,
         rewrite_keep=keep,
+        priority=priority,
     )
 
 

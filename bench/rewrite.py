@@ -1,6 +1,6 @@
 """`dgemma-lsp bench rewrite`: how much of a selection "Rewrite selection" keeps, per strength.
 
-Each selection (whole functions and loops of an example file, one to several
+Each selection (the top-level definitions of a Python file, one to several
 canvases long) goes through the server's own rewrite path: prepare_rewrite,
 InfillService.denoise, finish_rewrite. The figure is the kept share: the share of
 the selection's tokens found, in order, in the rewrite (difflib's matching blocks
@@ -45,13 +45,15 @@ class RewriteReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     curve: list[CurvePoint]
 
 
-def selections_of(text: str, limit: int) -> list[tuple[int, int]]:
-    """Str spans of the first `limit` top-level blocks (definitions, statements) longer than a line."""
+DEFINITIONS = ("function_definition", "class_definition", "decorated_definition")
+
+
+def selections_of(text: str) -> list[tuple[int, int]]:
+    """Str spans of the file's top-level definitions (functions, classes), in order."""
     from dgemma_lsp.engine.syntax.document import SyntaxDocument
 
     doc = SyntaxDocument(text, "python")
-    spans = [doc.node_span(node) for node in doc.tree.root_node.children if node.end_point[0] > node.start_point[0]]
-    return spans[:limit]
+    return [doc.node_span(node) for node in doc.tree.root_node.children if node.type in DEFINITIONS]
 
 
 def kept_share(tokenizer, selection: str, answer: str) -> float:
@@ -62,7 +64,7 @@ def kept_share(tokenizer, selection: str, answer: str) -> float:
 
 
 def run_benchmark(model: str, *, steps: int | None, seeds: int, keeps, strengths, file: Path, limit: int,
-                  device=None, dtype=None, log=None) -> RewriteReport:
+                  max_selection_tokens: int, device=None, dtype=None, log=None) -> RewriteReport:
     from dgemma_lsp.engine.api import GenerationSettings
     from dgemma_lsp.engine.runtime.service import InfillService
     from dgemma_lsp.engine.syntax.document import SyntaxDocument
@@ -73,7 +75,12 @@ def run_benchmark(model: str, *, steps: int | None, seeds: int, keeps, strengths
     tokenizer = service._runtime.tokenizer
     text = file.read_text("utf-8")
     doc = SyntaxDocument(text, "python")
-    spans = selections_of(text, limit)
+    def tokens(span: tuple[int, int]) -> int:
+        return len(tokenizer(text[span[0]:span[1]], add_special_tokens=False)["input_ids"])
+
+    spans = [span for span in selections_of(text) if tokens(span) <= max_selection_tokens][:limit]
+    if not spans:
+        raise SystemExit(f"dgemma-lsp bench rewrite: no definition of at most {max_selection_tokens} tokens in {file}")
     curve = []
     for keep in keeps:
         for strength in strengths:
@@ -92,7 +99,7 @@ def run_benchmark(model: str, *, steps: int | None, seeds: int, keeps, strengths
             if log:
                 log(f"rewrite: keep {keep} strength {strength}: kept {point.kept_share:.1%}")
             curve.append(point)
-    lengths = [len(tokenizer(text[s:e], add_special_tokens=False)["input_ids"]) for s, e in spans]
+    lengths = [tokens(span) for span in spans]
     return RewriteReport(model=model, steps=steps, selections=len(spans), selection_tokens=lengths, curve=curve)
 
 
@@ -113,15 +120,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--keep", choices=KEEPS, action="append", help="keeping mode(s); default all three")
     parser.add_argument("--strength", type=float, action="append", help=f"strength(s); default {STRENGTHS}")
     parser.add_argument("--file", type=Path, default=EXAMPLE,
-                        help="a Python file whose top-level blocks are rewritten (default: bench/executor.py)")
-    parser.add_argument("--limit", type=int, default=6, help="rewrite only its first N multi-line blocks")
+                        help="a Python file whose top-level definitions are rewritten (default: bench/executor.py)")
+    parser.add_argument("--limit", type=int, default=4, help="rewrite only its first N definitions")
+    parser.add_argument("--max-selection-tokens", type=int, default=320,
+                        help="skip definitions longer than this (tokens of the model's tokenizer)")
 
 
 def run(args) -> int:
     report = run_benchmark(
         getattr(args, "model", None) or "tiny", steps=args.steps, seeds=args.seeds,
         keeps=args.keep or KEEPS, strengths=args.strength or STRENGTHS, file=args.file,
-        limit=args.limit,
+        limit=args.limit, max_selection_tokens=args.max_selection_tokens,
         device=getattr(args, "device", None), dtype=getattr(args, "dtype", None), log=_say,
     )
     if getattr(args, "json", False):

@@ -27,6 +27,7 @@ BENCHMARKS = {
     "step": ("dgemma_lsp.bench.step_gpu", "per --quantization mode: the compiled denoising step (CUDA graphs + fused kernels)"),
     "moe": ("dgemma_lsp.bench.moe", "one quantized MoE layer: fused Triton kernels vs the per-expert loop (ops, error, ms)"),
     "load": ("dgemma_lsp.bench.load", "one model load: peak host memory, resident bytes, time (first vs cached start)"),
+    "rewrite": ("dgemma_lsp.bench.rewrite", "share of a selection kept by \"Rewrite selection\", per strength"),
 }
 
 
@@ -48,11 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(json=False)
     benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     for name, (module_name, help_text) in BENCHMARKS.items():
-        # A fresh parent each time: "resolve" below edits the shared parent's actions in place
-        # (syntax_bench's own --json used to strip --json from every later benchmark).
-        parent = _model_options()
-        # "resolve": a benchmark may declare --json itself (syntax_bench does).
-        sub = benchmarks.add_parser(name, help=help_text, description=help_text, parents=[parent],
+        # "resolve": a benchmark may declare --json itself (syntax_bench does). A parent of its
+        # own each time: "resolve" strips a conflicting option string from the parent's shared
+        # action, which would drop --json from every benchmark added after that one.
+        sub = benchmarks.add_parser(name, help=help_text, description=help_text, parents=[_model_options()],
                                     conflict_handler="resolve")
         try:
             module = _import(module_name)
@@ -169,8 +169,6 @@ def _all_humaneval(parent):
         # A smoke run: the tiny model writes random text, so few steps and one canvas suffice.
         argv = ["--limit", limit, "--middle", middle, "--steps", "4", "--max-tokens", "32"]
         args = _sub_args("dgemma_lsp.bench.humaneval", argv, parent)
-        if humaneval.default_data_dir() is None:
-            raise _Skip(f"no HumanEval-Infilling data; {humaneval.DATA_ENV_HINT}")
         report = humaneval.run_from_args(args)
         source = f"model {report.model}" if middle == "model" else f"{middle} middle"
         rows.append((f"humaneval single-line x{report.problems}", f"pass@1 ({source})",

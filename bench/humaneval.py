@@ -17,6 +17,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
+from importlib import resources
 from pathlib import Path
 
 import msgspec
@@ -29,7 +30,7 @@ SUBSETS = {
     "random-span-light": "HumanEval-RandomSpanInfillingLight.jsonl.gz",
 }
 MIDDLES = ("model", "canonical", "empty")
-DATA_ENV_HINT = "pass --data DIR (the folder with HumanEval-*.jsonl.gz)"
+DATA_ENV_HINT = "pass --data DIR (a folder with HumanEval-*.jsonl.gz), or reinstall the package"
 
 
 class Problem(msgspec.Struct, frozen=True):
@@ -70,14 +71,11 @@ class HumanEvalReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     results: list[ProblemResult]
 
 
-def default_data_dir() -> Path | None:
-    """`shared/data/humaneval-infilling` beside or inside the repository, if there is one."""
-    repo = Path(__file__).resolve().parent.parent
-    for candidate in (repo.parent / "shared", repo / "shared", Path("/work/shared")):
-        folder = candidate / "data" / "humaneval-infilling"
-        if folder.is_dir():
-            return folder
-    return None
+def default_data_dir() -> Path:
+    """The copy shipped inside this package (bench/data: the three files and their MIT licence)."""
+    folder = resources.files("dgemma_lsp.bench.data")
+    # An installed package is a plain folder (wheel or editable), never a zip: Path() is safe.
+    return Path(str(folder))
 
 
 def load_problems(data_dir: Path, subset: str, limit: int | None = None) -> list[Problem]:
@@ -210,7 +208,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
     parser.add_argument("--middle", choices=MIDDLES, default="model",
                         help="model: the engine fills the hole; canonical/empty: check the harness")
-    parser.add_argument("--data", type=Path, default=None, help="folder with HumanEval-*.jsonl.gz")
+    parser.add_argument("--data", type=Path, default=None,
+                        help="folder with HumanEval-*.jsonl.gz (default: the copy shipped in the package)")
     parser.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
     parser.add_argument("--candidates", type=int, default=1, help="canvases per problem; the top-ranked one is scored")
     parser.add_argument("--max-tokens", type=int, default=256, help="answer length cap (whole canvases)")
@@ -232,7 +231,7 @@ def run(args) -> int:
 
 def run_from_args(args) -> HumanEvalReport:
     data_dir = args.data or default_data_dir()
-    if data_dir is None or not (data_dir / SUBSETS[args.subset]).is_file():
+    if not (data_dir / SUBSETS[args.subset]).is_file():
         raise SystemExit(f"dgemma-lsp bench humaneval: no HumanEval-Infilling data found; {DATA_ENV_HINT}")
     problems = load_problems(data_dir, args.subset, args.limit)
     infill = None

@@ -93,6 +93,10 @@ class DenoiseRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Rewrite only: renoising strength in (0, 1]; 1 is a fresh infill."""
     priority: int = 0
     """Scheduling priority in a shared engine: higher runs first (keystrokes > speculative work)."""
+    rewrite_keep: Literal["canvas", "prompt", "both"] = "canvas"
+    """Rewrite only: how the selection's kept tokens stay visible to the model for the whole run:
+    "canvas" pins them in the canvas, "prompt" writes the original selection into the prompt,
+    "both" does both (engine/runtime/rewriting.py)."""
 
 
 class Draft(msgspec.Struct, frozen=True, kw_only=True):

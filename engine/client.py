@@ -6,7 +6,9 @@ daemon-backed client can implement the same Protocol. Cancellation is asyncio
 cancellation: cancelling the task awaiting `denoise` sets the request's
 `threading.Event`, the engine stops within one denoising step, and `denoise`
 re-raises CancelledError only after the worker has let go of the model — so a
-cancelled request never overlaps the next one.
+cancelled request never overlaps the next one. A model that failed to load is
+tried again by the first request after the service's backoff, or at once by
+`reload` (the `dgemma.reloadModel` command).
 
 Knows the engine's public types and service; knows nothing of LSP. Never
 imports torch (the service does, lazily, when it loads the model).
@@ -15,6 +17,7 @@ imports torch (the service does, lazily, when it loads the model).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -51,6 +54,9 @@ class EngineClient(Protocol):
         Raises EngineUnavailableError when the model failed to load, engine
         errors for bad requests, asyncio.CancelledError when cancelled.
         """
+
+    async def reload(self) -> EngineStatus:
+        """Load the model again now (after a failed load, or to pick up changed files); the status after."""
 
     async def close(self) -> None:
         """Stop all work and release the engine."""
@@ -109,7 +115,7 @@ class InProcessEngineClient:
 
     def status(self) -> EngineStatus:
         status = self._service.status()
-        if self._loaded is not None and not self._loaded.done() and status.state == "idle":
+        if self._loaded is not None and not self._loaded.done() and status.state in ("idle", "error", "unloaded"):
             status = msgspec.structs.replace(status, state="loading")
         if self._load_error is not None and status.state != "error":
             status = msgspec.structs.replace(status, state="error", message=str(self._load_error))
@@ -131,6 +137,9 @@ class InProcessEngineClient:
     async def denoise(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
         if self._closed:
             raise EngineUnavailableError("the engine is closed")
+        if self._loaded is not None and self._loaded.done() and self._load_error is not None:
+            if self._service.retry_due():  # the backoff has passed: this request tries again
+                self._loaded, self._load_error = None, None
         if self._loaded is None:
             await self.start()
         assert self._loaded is not None
@@ -176,6 +185,30 @@ class InProcessEngineClient:
             self._cancels.discard(cancel)
             self._busy -= 1
             self._publish()
+
+    async def reload(self) -> EngineStatus:
+        if self._closed:
+            raise EngineUnavailableError("the engine is closed")
+        if self._loaded is not None and not self._loaded.done():
+            with contextlib.suppress(EngineUnavailableError):
+                await asyncio.shield(self._loaded)  # one load at a time
+        self._loaded, self._load_error = None, None
+        loop = asyncio.get_running_loop()
+        self._loaded = loop.create_future()
+        self._publish()
+
+        def reload() -> None:
+            error: BaseException | None = None
+            try:
+                self._service.reload()
+            except Exception as exc:  # noqa: BLE001 - reported as the status, never raised into the server
+                error = exc
+            loop.call_soon_threadsafe(self._load_finished, error)
+
+        threading.Thread(target=reload, name="dgemma-reload", daemon=True).start()
+        with contextlib.suppress(EngineUnavailableError):
+            await asyncio.shield(self._loaded)
+        return self.status()
 
     async def close(self) -> None:
         self._closed = True

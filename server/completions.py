@@ -39,6 +39,14 @@ log = logging.getLogger(__name__)
 DraftSink = Callable[[int, str], None]
 """Receives (step, text to insert) for every denoising step."""
 
+# DenoiseRequest.priority: a shared engine (the daemon) runs the highest first, then the newest.
+PRIORITY_BACKGROUND = 0
+"""Nobody waits on it: one-shot CLI, benchmarks."""
+PRIORITY_TYPING = 1
+"""An automatic inline completion while the user types."""
+PRIORITY_WAITING = 2
+"""The user asked and waits: an invoked inline completion, a rewrite."""
+
 
 @dataclass(frozen=True)
 class Selected:
@@ -88,6 +96,7 @@ class Completer:
         settings: ServerSettings,
         selected: Selected | None = None,
         on_draft: DraftSink | None = None,
+        priority: int = PRIORITY_TYPING,
     ) -> list[Suggestion] | Superseded:
         """Suggestions for the cursor at `offset` in the document as it is now.
 
@@ -119,6 +128,7 @@ class Completer:
                 settings.generation(wanted),
                 budget_tokens=settings.context_tokens,
                 cache_key=uri,
+                priority=priority,
             )
 
             def draft(step: Draft) -> None:
@@ -154,6 +164,7 @@ class Completer:
             settings.rewrite_strength,
             settings.generation(1),
             budget_tokens=settings.context_tokens,
+            priority=PRIORITY_WAITING,
         )
         try:
             result = await self.engine.denoise(prepared, lambda draft: None)

@@ -3,7 +3,7 @@
 Implements initialize (position-encoding negotiation, settings), document sync
 (incremental), textDocument/inlineCompletion, textDocument/codeAction +
 codeAction/resolve ("Rewrite selection"), workspace/executeCommand
-(`dgemma.rewriteSelection`, `dgemma.status`), workspace/didChangeConfiguration,
+(`dgemma.rewriteSelection`, `dgemma.status`, `dgemma.reloadModel`), workspace/didChangeConfiguration,
 and the custom messages documented in README.md (`dgemma/draft`,
 `dgemma/status`, `dgemma/didShowCompletion`, `dgemma/didPartiallyAcceptCompletion`).
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from typing import Any
 
@@ -30,16 +31,18 @@ from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import EngineStatus
 from dgemma_lsp.engine.client import EngineClient
 
-from .completions import Completer, Selected, Suggestion
+from .completions import PRIORITY_TYPING, PRIORITY_WAITING, Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
 from .positions import LineIndex, PositionError
 from .scheduler import CompletionCache, LatestWins, Superseded
 from .settings import SECTION, ServerSettings, decode_settings
+from .stats import StatsRecorder
 
 log = logging.getLogger(__name__)
 
 REWRITE_COMMAND = "dgemma.rewriteSelection"
 STATUS_COMMAND = "dgemma.status"
+RELOAD_COMMAND = "dgemma.reloadModel"
 DRAFT_NOTIFICATION = "dgemma/draft"
 STATUS_NOTIFICATION = "dgemma/status"
 DID_SHOW = "dgemma/didShowCompletion"
@@ -130,6 +133,7 @@ class DGemmaServer(LanguageServer):
         self.scheduler = LatestWins()
         self.cache = CompletionCache(self.settings.cache_size)
         self.completer = Completer(engine, self.scheduler, self.cache)
+        self.stats = StatsRecorder()
         self._pending_problems: list[str] = []
         self._last_status: dict[str, Any] | None = None
         self._load_progress: str | None = None
@@ -353,6 +357,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
             selected = Selected(start, end, info.text)
         on_draft = draft_sink(ls, document, params.position) if ls.settings.drafts else None
         lines = document.lines  # the answer's positions refer to the text as of this request
+        started = time.perf_counter()
         result = await ls.completer.complete(
             document,
             cursor,
@@ -360,7 +365,10 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
             settings=ls.settings,
             selected=selected,
             on_draft=on_draft,
+            priority=PRIORITY_TYPING if automatic else PRIORITY_WAITING,
         )
+        if not isinstance(result, Superseded) and result:
+            ls.stats.answered((time.perf_counter() - started) * 1000, items=len(result))
         return ls.inline_items(lines, cursor, result)
 
     @server.feature(
@@ -407,13 +415,25 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
     def status_command(ls: DGemmaServer, *args: Any):
         return status_payload(ls.engine.status(), ls.scheduler.in_flight)
 
+    @server.command(RELOAD_COMMAND)
+    async def reload_model(ls: DGemmaServer, *args: Any):
+        # Load again now: after a failed load (the user fixed the folder) or to pick up new files.
+        ls._load_error_shown = False  # a new failure is shown again
+        status = await ls.engine.reload()
+        return status_payload(status, ls.scheduler.in_flight)
+
     @server.feature(DID_SHOW)
     def did_show(ls: DGemmaServer, params: Any) -> None:
-        log.info("completion shown: %s", _short(params))
+        # Counted for `dgemma-lsp stats` (lengths only, kept on this machine).
+        log.debug("completion shown: %s", _short(params))
+        ls.stats.shown(len(_insert_text(params)))
 
     @server.feature(DID_PARTIALLY_ACCEPT)
     def did_partially_accept(ls: DGemmaServer, params: Any) -> None:
-        log.info("completion partially accepted: %s", _short(params))
+        log.debug("completion partially accepted: %s", _short(params))
+        accepted = getattr(params, "acceptedLength", None)
+        text = _insert_text(params)
+        ls.stats.accepted(accepted if isinstance(accepted, int) and accepted >= 0 else len(text), len(text))
 
     @server.feature(lsp.SHUTDOWN)
     def shutdown(ls: DGemmaServer, params: None) -> None:
@@ -455,6 +475,14 @@ def _client_resolves_edits(capabilities: lsp.ClientCapabilities) -> bool:
     code_action = text_document.code_action if text_document else None
     support = code_action.resolve_support if code_action else None
     return bool(support and "edit" in support.properties)
+
+
+def _insert_text(params: Any) -> str:
+    """The shown/accepted item's insertText (a string or a snippet's value); "" when absent."""
+    item = getattr(params, "item", None)
+    text = getattr(item, "insertText", None)
+    text = getattr(text, "value", text)
+    return text if isinstance(text, str) else ""
 
 
 def _short(params: Any) -> str:

@@ -1,7 +1,7 @@
 """Session-wide safety net: no test touches the user's real engine daemon.
 
 Every `dgemma-lsp --stdio` started by a test (directly or by an editor under
-test) inherits a private runtime dir, so a daemon it spawns lives there and is
+test) inherits a private runtime dir (and writes its completion stats there), so a daemon it spawns lives there and is
 killed when the session ends. Tests that need their own dir (tests/daemon/)
 override the variable per test.
 """
@@ -15,10 +15,13 @@ import tempfile
 from pathlib import Path
 
 from dgemma_lsp.engine.daemon.paths import RUNTIME_DIR_ENV, lock_is_held
+from dgemma_lsp.server.stats import STATS_FILE_ENV
 
 # Set at import, before any test starts a subprocess. A short path: AF_UNIX paths must stay < ~100 bytes.
 _RUNTIME_DIR = Path(tempfile.mkdtemp(prefix="dgt-", dir="/tmp"))
 os.environ[RUNTIME_DIR_ENV] = str(_RUNTIME_DIR)
+# Completion stats of test servers go there too, never into the user's own stats file.
+os.environ[STATS_FILE_ENV] = str(_RUNTIME_DIR / "completion-stats.jsonl")
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

@@ -79,6 +79,8 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 10.0
 SPAWN_TIMEOUT_S = 120.0
 CANCEL_GRACE_S = 10.0
+RELOAD_WAIT_S = 600.0
+"""How long `reload` waits for the daemon's load to settle before answering with "loading"."""
 DEFAULT_IDLE_UNLOAD_S = 900.0
 
 
@@ -356,6 +358,7 @@ class DaemonEngineClient:
         self._goodbye: str | None = None  # set when the daemon said it stops on purpose
         self._prompt_cache_budget: int | None = None
         self._budget_set = False  # sent again on every (re)connection once the server set it
+        self._reloads: list[asyncio.Future[None]] = []  # reload() calls waiting for the load to settle
 
     @classmethod
     def from_args(cls, args) -> DaemonEngineClient:
@@ -416,6 +419,22 @@ class DaemonEngineClient:
             raise
         finally:
             self._jobs.pop(job_id, None)
+
+    async def reload(self) -> EngineStatus:
+        session = await self._attached()
+        settled = asyncio.get_running_loop().create_future()
+        self._reloads.append(settled)
+        self._set_status(state="loading", message="reloading the model")
+        session.send(Load(force=True))
+        try:
+            # The daemon answers with StatusFrames: wait for it to leave "loading" (a load can take minutes).
+            await asyncio.wait_for(asyncio.shield(settled), RELOAD_WAIT_S)
+        except TimeoutError:
+            pass
+        finally:
+            if settled in self._reloads:
+                self._reloads.remove(settled)
+        return self._status
 
     async def close(self) -> None:
         self._closed = True
@@ -523,6 +542,10 @@ class DaemonEngineClient:
             self._settle(message.id, error=_failure_error(message))
         elif isinstance(message, StatusFrame):
             self._publish(message.status)
+            if message.status.state not in ("idle", "loading", "unloaded"):
+                for settled in self._reloads:
+                    if not settled.done():
+                        settled.set_result(None)
         elif isinstance(message, Goodbye):
             self._goodbye = message.reason
         elif isinstance(message, InfoFrame):

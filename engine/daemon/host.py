@@ -125,6 +125,7 @@ class EngineDaemon:
         self._running: Job | None = None
         self._sequence = itertools.count()
         self._load_wanted = False
+        self._reload_wanted = False
         self._loading = False
         self._unload_due = False
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -271,6 +272,7 @@ class EngineDaemon:
                 self._cancel(job)
         elif isinstance(message, Load):
             self._load_wanted = True
+            self._reload_wanted |= message.force
             self._work.set()
         elif isinstance(message, InfoQuery):
             connection.send(InfoFrame(id=message.id, info=self.info(asking=connection)))
@@ -322,6 +324,11 @@ class EngineDaemon:
             await self._work.wait()
             self._work.clear()
             self._disarm_idle_timer()
+            if self._reload_wanted:  # a model that failed to load, or changed files: try again now
+                self._reload_wanted = False
+                if self.service.loaded:
+                    await loop.run_in_executor(self._executor, self.service.unload)
+                self.service.allow_retry()
             if (self._load_wanted or self._queue) and not self.service.loaded:
                 self._load_wanted = False
                 failure = await self._load(loop)

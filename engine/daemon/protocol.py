@@ -98,6 +98,9 @@ class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):
 class Load(msgspec.Struct, frozen=True, tag="load"):
     """Load the model now if it is not resident (no answer; watch StatusFrame)."""
 
+    force: bool = False
+    """Reload: drop a resident model and load again, ignoring a failed load's backoff (`dgemma.reloadModel`)."""
+
 
 class InfoQuery(msgspec.Struct, frozen=True, kw_only=True, tag="info"):
     """Ask for DaemonInfo (answered by InfoFrame with the same id)."""

@@ -16,7 +16,7 @@ What the API cannot do for DiffusionGemma, and what happens instead:
   ever sent; the ready status says why, once.
 - rewrite: no starting canvas can be passed, so the rewrite is asked for in
   the prompt alone: the rewrite instruction carrying the selection's text
-  (`PromptLayout.text(..., selection=)`); `strength` is ignored, logged once.
+  (`PromptLayout.text(..., original=)`); `strength` is ignored, logged once.
 - steps, entropy bound, temperatures, early stop are server-wide
   (`--diffusion-config`): per-request values are ignored with a log line.
   `seed` is passed through.
@@ -235,6 +235,25 @@ class VllmEngineClient:
         if self._http is not None:
             await self._http.aclose()
 
+    async def reload(self) -> EngineStatus:
+        """Ask the server now, whatever the backoff says (`dgemma.reloadModel`): one probe, never a loop."""
+        if self._connecting is None:
+            await self.start()
+        assert self._connecting is not None
+        if self._connecting.done() and self._layout is None:  # a local problem at start: lay out again
+            self._connecting = asyncio.create_task(self._connect(), name="dgemma-vllm-connect")
+        if not self._connecting.done():
+            await asyncio.shield(self._connecting)
+            return self.status()
+        epoch = self._fault_epoch
+        try:
+            await self._probe()
+        except _Fault as fault:
+            self._fault(fault, epoch)
+        else:
+            self._recovered()
+        return self.status()
+
     def forget(self, document: str) -> None:
         """Nothing to free here: vLLM's automatic prefix caching evicts on its own."""
 
@@ -393,7 +412,7 @@ class VllmEngineClient:
                      "prompt instead and rewriteStrength (%s) is ignored", request.strength)
         body = {
             "model": self.model,
-            "prompt": self._layout.text(request.context, rewrite=rewrite, selection=request.selection).all,
+            "prompt": self._layout.text(request.context, rewrite=rewrite, original=request.selection).all,
             "max_tokens": settings.max_tokens or DEFAULT_MAX_TOKENS,
             "n": settings.candidates,
             "stream": True,

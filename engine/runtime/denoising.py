@@ -4,19 +4,20 @@ Runs transformers' own DiffusionGemma generate path; around it this module adds
 what an editor needs: the prompt cache (stable part restored, tail encoded),
 B candidates from one batched call, a draft callback after every denoising step,
 cancellation checked at every step (raising inside the streamer aborts generate
-and leaves the model usable), a starting canvas for rewrites, and a per-token
-confidence. Not thread-safe: InfillService serialises calls. Knows torch and
+and leaves the model usable), rewrites as a partial renoise of the selection
+(rewriting.py: the schedule, the starting canvases, the kept tokens), and a
+per-token confidence. Not thread-safe: InfillService serialises calls. Knows torch and
 transformers; knows nothing of LSP or syntax.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import math
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
@@ -31,6 +32,14 @@ from .loading import load_model_and_tokenizer
 from .memory_plan import default_prompt_cache_bytes
 from .prompt_cache import PromptCache
 from .prompting import PromptBuilder, PromptIds
+from .rewriting import (
+    KEEP_MODES,
+    PinKeptTokens,
+    SelectionCanvases,
+    SelectionSampler,
+    rewrite_schedule,
+    turn_end_id,
+)
 
 MAX_CANDIDATES = 16
 CONTROL_CHARACTERS = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
@@ -117,6 +126,11 @@ class DenoisingRuntime:
         config = model.generation_config
         eos = config.eos_token_id if config.eos_token_id is not None else tokenizer.eos_token_id
         self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos])
+        # A rewrite's canvas ends the way the chat template ends a model turn (`<turn|>`);
+        # an answer ends there too, whether or not the generation config lists it.
+        self.turn_end_id: int | None = turn_end_id(tokenizer)
+        if self.turn_end_id is not None:
+            self.eos_ids.add(self.turn_end_id)
         self.pad_id: int = config.pad_token_id if config.pad_token_id is not None else tokenizer.pad_token_id
         self.default_steps: int = config.max_denoising_steps or 48
         self.memory_bytes: int = _resident_bytes(model)
@@ -172,12 +186,10 @@ class DenoisingRuntime:
         _validate(settings, request)
         batch = settings.candidates
         steps = settings.steps or self.default_steps
-        if request.selection is not None:
-            # A rewrite starts part-way down the noise schedule: fewer steps for a lighter touch.
-            steps = max(1, math.ceil(steps * request.strength))
-
-        prompt = self.prompts.build(request.context, rewrite=request.selection is not None)
-        if self.compiled is not None and request.selection is None:
+        rewriting = request.selection is not None
+        original = request.selection if rewriting and request.rewrite_keep != "canvas" else None
+        prompt = self.prompts.build(request.context, rewrite=rewriting, original=original)
+        if self.compiled is not None and not rewriting:
             result = self._run_compiled(request, prompt, steps, started, on_draft, cancel)
             if result is not None:
                 return result
@@ -186,35 +198,34 @@ class DenoisingRuntime:
 
         seed = settings.seed if settings.seed is not None else int.from_bytes(os.urandom(4), "little")
         torch.manual_seed(seed)
-        extra: dict = {}
+        extra: dict = {**_temperature_overrides(settings)}
         max_tokens = settings.max_tokens or self.canvas_length
-        if request.selection is not None:
-            extra["decoder_input_ids"], selection_tokens = self._rewrite_canvas(
-                request.selection, request.strength, batch
-            )
-            max_tokens = max(max_tokens, selection_tokens + 1)
-
         recorder = ConfidenceRecorder()
+        processors = LogitsProcessorList([recorder])
+        sampler = None
+        if rewriting:
+            steps, sampler, rewrite_extra = self._rewrite_setup(request, steps, batch, processors)
+            extra.update(rewrite_extra)
+            max_tokens = max(settings.max_tokens or 0, sampler.canvases.count * self.canvas_length)
+
         streamer = DraftStreamer(self._decode_answer, recorder, on_draft, cancel)
         last_token = torch.tensor([prompt.tail[-1:]] * batch, device=self.device)  # [B, 1]
         denoise_started = time.perf_counter()
         if cancel is not None and cancel.is_set():
             raise CancelledError("request cancelled before denoising")
         try:
-            output = self.model.generate(
-                last_token,
-                past_key_values=cache,
-                streamer=streamer,
-                logits_processor=LogitsProcessorList([recorder]),
-                max_new_tokens=max_tokens,
-                max_denoising_steps=steps,
-                sampler_config=EntropyBoundSamplerConfig(
-                    entropy_bound=float(settings.entropy_bound or self._default_entropy_bound())
-                ),
-                **_temperature_overrides(settings),
-                **({} if settings.early_stop else {"confidence_threshold": DISABLED_EARLY_STOP}),
-                **extra,
-            )
+            with self._sampler(sampler):
+                output = self.model.generate(
+                    last_token,
+                    past_key_values=cache,
+                    streamer=streamer,
+                    logits_processor=processors,
+                    max_new_tokens=max_tokens,
+                    max_denoising_steps=steps,
+                    sampler_config=EntropyBoundSamplerConfig(entropy_bound=self._entropy_bound(settings)),
+                    **({} if settings.early_stop else {"confidence_threshold": DISABLED_EARLY_STOP}),
+                    **extra,
+                )
         except _Abort:
             raise CancelledError(f"request cancelled after {streamer.steps} denoising steps") from None
         except ValueError as error:  # generation_config.validate() rejecting a knob combination
@@ -258,16 +269,36 @@ class DenoisingRuntime:
         input_ids = torch.tensor([ids], device=self.device)  # [1, T]
         self.model.model.encoder(input_ids=input_ids, past_key_values=cache)
 
-    def _rewrite_canvas(self, selection: str, strength: float, batch: int) -> tuple[torch.Tensor, int]:
-        """The selection's tokens, then EOS, each position replaced by noise with probability `strength`."""
-        ids = self.tokenizer(selection, add_special_tokens=False)["input_ids"]
-        length = self.canvas_length * max(1, math.ceil((len(ids) + 1) / self.canvas_length))
-        eos = min(self.eos_ids)
-        canvas = (ids + [eos] + [self.pad_id] * length)[: self.canvas_length]
-        clean = torch.tensor([canvas] * batch, device=self.device)  # [B, L]
-        noise = torch.randint(0, self.vocab_size, clean.shape, device=self.device)
-        renoise = torch.rand(clean.shape, device=self.device) < strength
-        return torch.where(renoise, noise, clean), len(ids)
+    def _rewrite_setup(self, request: DenoiseRequest, full_steps: int, batch: int, processors):
+        """Steps, sampler and generate kwargs of a rewrite: start at time `strength` (rewriting.py)."""
+        config = self.model.generation_config
+        t_max = request.settings.t_max or config.t_max or 0.8
+        t_min = request.settings.t_min or config.t_min or 0.4
+        schedule = rewrite_schedule(request.strength, full_steps, t_max, t_min)
+        end_id = self.turn_end_id if self.turn_end_id is not None else min(self.eos_ids)
+        ids = self.tokenizer(request.selection, add_special_tokens=False)["input_ids"]
+        canvases = SelectionCanvases(
+            ids, end_id, self.pad_id, self.canvas_length, self.vocab_size, request.strength, batch, self.device
+        )
+        if request.rewrite_keep != "prompt":
+            # generate's input is one token: input_ids' length at the first canvas is 1.
+            processors.append(PinKeptTokens(canvases, prompt_length=1, end_ids=sorted(self.eos_ids)))
+        sampler = SelectionSampler(canvases, self._entropy_bound(request.settings), self.vocab_size, schedule.steps)
+        extra = {"t_max": schedule.t_start, "t_min": t_min, "eos_token_id": sorted(self.eos_ids),
+                 "pad_token_id": self.pad_id}
+        return schedule.steps, sampler, extra
+
+    @contextlib.contextmanager
+    def _sampler(self, sampler) -> Iterator[None]:
+        """Hand generate our sampler: `_prepare_sampler` is the one hook it offers (no sampler= argument)."""
+        if sampler is None:
+            yield
+            return
+        self.model._prepare_sampler = lambda generation_config: sampler
+        try:
+            yield
+        finally:
+            del self.model._prepare_sampler
 
     def _answer_length(self, ids: list[int]) -> int:
         for position, token in enumerate(ids):
@@ -306,7 +337,7 @@ class DenoisingRuntime:
             output = self.compiled.denoise(
                 stable=prompt.stable, tail=prompt.tail, cache_key=request.cache_key,
                 batch=settings.candidates, steps=steps, max_tokens=settings.max_tokens or self.canvas_length,
-                entropy_bound=float(settings.entropy_bound or self._default_entropy_bound()),
+                entropy_bound=self._entropy_bound(settings),
                 t_min=float(settings.t_min or config.t_min), t_max=float(settings.t_max or config.t_max),
                 confidence_threshold=config.confidence_threshold if settings.early_stop else None,
                 seed=seed, on_step=on_step,
@@ -331,9 +362,9 @@ class DenoisingRuntime:
                                total=(now - started) * 1000),  # fmt: skip
         )
 
-    def _default_entropy_bound(self) -> float:
+    def _entropy_bound(self, settings: GenerationSettings) -> float:
         sampler = self.model.generation_config.sampler_config
-        return getattr(sampler, "entropy_bound", None) or 0.1
+        return float(settings.entropy_bound or getattr(sampler, "entropy_bound", None) or 0.1)
 
 
 def _resident_bytes(model) -> int:
@@ -369,5 +400,7 @@ def _validate(settings: GenerationSettings, request: DenoiseRequest) -> None:
         problems.append("tMax must be greater than tMin")
     if request.selection is not None and not 0.0 < request.strength <= 1.0:
         problems.append(f"strength must be in (0, 1], got {request.strength}")
+    if request.selection is not None and request.rewrite_keep not in KEEP_MODES:
+        problems.append(f"rewrite_keep must be one of {', '.join(KEEP_MODES)}, got {request.rewrite_keep!r}")
     if problems:
         raise BadRequestError("; ".join(problems))

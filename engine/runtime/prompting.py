@@ -32,12 +32,9 @@ REWRITE_INSTRUCTION = (
     "Reply with only the new code for {marker}: no explanation, no Markdown fences."
 )
 
-REWRITE_FROM_PROMPT_INSTRUCTION = (
-    "Rewrite the code that goes at {marker} in this {language} file, keeping its purpose. "
-    "The code there now is:\n\n{fence}\n{selection}\n```\n\n"
-    "Reply with only the new code for {marker}: no explanation, no Markdown fences."
-)
-"""For engines that cannot start from the selection as a canvas (a remote API): the selection goes in the prompt."""
+REWRITE_ORIGINAL = "\n\nThe code at {marker} is now:\n\n{fence}\n{original}\n```"
+"""A rewrite's selection as it is now, shown after the file: the model sees what it rewrites
+(`rewrite_keep` prompt/both, and every rewrite on an engine that cannot start from a canvas)."""
 
 FIM_TOKEN_SETS = (
     ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
@@ -90,8 +87,8 @@ class PromptLayout:
         )
         return cls(head, tail, find_fim_tokens(tokenizer.get_vocab()))
 
-    def text(self, context: InfillContext, *, rewrite: bool = False, selection: str | None = None) -> PromptText:
-        """The prompt text; a rewrite given `selection` carries it in the instruction (no starting canvas)."""
+    def text(self, context: InfillContext, *, rewrite: bool = False, original: str | None = None) -> PromptText:
+        """The prompt text; `original` (a rewrite's selection as it is now) is shown after the file."""
         # The cursor's own line goes in the tail: it changes with every keystroke.
         line_start = context.prefix.rfind("\n") + 1
         stable_code = context.preamble + context.prefix[:line_start]
@@ -103,17 +100,13 @@ class PromptLayout:
                 tail=line_before_cursor + suffix_token + context.suffix + middle_token,
             )
         fence = "```" + ("" if context.language == "plaintext" else context.language)
-        if rewrite and selection is not None:
-            instruction = REWRITE_FROM_PROMPT_INSTRUCTION.format(
-                marker=CURSOR_MARKER, language=context.language, fence=fence, selection=selection
-            )
-        else:
-            instruction = (REWRITE_INSTRUCTION if rewrite else INFILL_INSTRUCTION).format(
-                marker=CURSOR_MARKER, language=context.language
-            )
+        instruction = (REWRITE_INSTRUCTION if rewrite else INFILL_INSTRUCTION).format(
+            marker=CURSOR_MARKER, language=context.language
+        )
+        shown = "" if original is None else REWRITE_ORIGINAL.format(marker=CURSOR_MARKER, fence=fence, original=original)
         return PromptText(
             stable=f"{self.template_head}{instruction}\n\n{fence}\n{stable_code}",
-            tail=f"{line_before_cursor}{CURSOR_MARKER}{context.suffix}\n```{self.template_tail}",
+            tail=f"{line_before_cursor}{CURSOR_MARKER}{context.suffix}\n```{shown}{self.template_tail}",
         )
 
 
@@ -125,8 +118,8 @@ class PromptBuilder:
         self.layout = PromptLayout.from_tokenizer(tokenizer)
         self.fim_tokens = self.layout.fim_tokens
 
-    def build(self, context: InfillContext, *, rewrite: bool = False) -> PromptIds:
-        text = self.layout.text(context, rewrite=rewrite)
+    def build(self, context: InfillContext, *, rewrite: bool = False, original: str | None = None) -> PromptIds:
+        text = self.layout.text(context, rewrite=rewrite, original=original)
         return PromptIds(stable=self._encode(text.stable), tail=self._encode(text.tail))
 
     def _encode(self, text: str) -> list[int]:

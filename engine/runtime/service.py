@@ -5,6 +5,12 @@ and a lock that serialises denoising. `denoise` is blocking: callers run it in
 a worker thread so their event loop stays free. A cancelled request stops
 within one denoising step (CancelledError) and the next request is served
 normally. The resident-engine daemon exposes exactly these methods over a socket.
+
+Load failures: whatever goes wrong while the runtime is set up (a missing file,
+a tokenizer without a chat template, a bug) leaves the state `error` with the
+reason, never `loading`. A later `load` retries once the backoff has passed
+(5 s, doubling to 5 min while it keeps failing; before that it re-raises the
+same error at once); `reload` retries now (the `dgemma.reloadModel` command).
 """
 
 from __future__ import annotations
@@ -15,9 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from ..api import DenoiseRequest, DenoiseResult, Draft, EngineStatus
-from ..errors import EngineError
+from ..errors import EngineError, ModelLoadError
 
 DraftCallback = Callable[[Draft], None]
+FIRST_RETRY_S = 5.0
+"""Seconds after a failed load before a request may try again; doubles per failure."""
+LONGEST_RETRY_S = 300.0
 
 
 class InfillService:
@@ -31,6 +40,7 @@ class InfillService:
         dtype: str | None = None,
         quantization: str = "none",
         allow_download: bool = False,
+        first_retry_s: float = FIRST_RETRY_S,
     ) -> None:
         self.model_spec = model
         self._device = device
@@ -53,18 +63,25 @@ class InfillService:
         """Called (from the loading thread) when load progress moved; the owner republishes status."""
         self.on_load_progress: Callable[[int, int], Any] | None = None
         """Also called with (shards done, total) while loading: a CLI draws its bar from it."""
+        self._first_retry_s = first_retry_s
+        self._failure: EngineError | None = None  # the last load's error, while it stands
+        self._failures = 0  # consecutive failed loads
+        self._retry_at = 0.0  # time.monotonic() before which a load re-raises _failure
 
     # -- lifecycle -------------------------------------------------------------
 
     def load(self) -> float:
         """Load the model if it is not resident; returns the milliseconds it took (0 when resident).
 
-        Raises ModelNotFoundError / ModelLoadError with a one-line message; the
-        service stays usable and a later call tries again.
+        Raises ModelNotFoundError / ModelLoadError with a one-line message, whatever
+        failed; the state is then `error`. Within the backoff after a failure the
+        same error is raised again without trying; after it, the load is tried again.
         """
         with self._load_lock:
             if self._runtime is not None:
                 return 0.0
+            if self._failure is not None and time.monotonic() < self._retry_at:
+                raise self._failure
             from .denoising import DenoisingRuntime  # torch is imported only when a model is needed
 
             self._state, self._message, self._progress = "loading", "", None
@@ -78,14 +95,14 @@ class InfillService:
                     allow_download=self._allow_download,
                     progress=self._loaded_shards,
                 )
-            except EngineError as error:
-                self._state, self._message, self._progress = "error", str(error), None
-                raise
+            except Exception as error:  # noqa: BLE001 - any failure of the set-up is a failed load
+                raise self._failed(error) from None
             if self._prompt_cache_budget is not None:
                 runtime.set_prompt_cache_budget(self._prompt_cache_budget)
             self._runtime = runtime
             self._progress, self._message = None, ""
             self._loads += 1
+            self._failure, self._failures = None, 0
             self._state = "ready"
             self.last_load_ms = (time.perf_counter() - started) * 1000
             return self.last_load_ms
@@ -128,6 +145,32 @@ class InfillService:
         if self._budget_changed:
             self._budget_changed = False
             self._runtime.set_prompt_cache_budget(self._prompt_cache_budget)
+
+    def reload(self) -> float:
+        """Load again now, whatever the backoff says; a resident model is dropped and loaded afresh."""
+        self.unload()
+        self.allow_retry()
+        return self.load()
+
+    def allow_retry(self) -> None:
+        """Let the next load try at once, even within a failed load's backoff."""
+        with self._load_lock:
+            self._retry_at = 0.0
+
+    def retry_due(self) -> bool:
+        """True when the last load failed and its backoff has passed (a request would try again)."""
+        return self._failure is not None and time.monotonic() >= self._retry_at
+
+    def _failed(self, error: Exception) -> EngineError:
+        if not isinstance(error, EngineError):
+            # e.g. a tokenizer without a chat template: PromptBuilder raises ValueError.
+            first_line = (str(error).strip() or type(error).__name__).splitlines()[0][:300]
+            error = ModelLoadError(f"could not set up model '{self.model_spec}': {first_line}")
+        self._failures += 1
+        backoff = min(LONGEST_RETRY_S, self._first_retry_s * 2 ** (self._failures - 1))
+        self._failure, self._retry_at = error, time.monotonic() + backoff
+        self._state, self._message, self._progress = "error", str(error), None
+        return error
 
     def unload(self) -> None:
         """Drop the model and its caches (idle unload); the next request loads it again."""

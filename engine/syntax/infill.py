@@ -89,12 +89,18 @@ def prepare_rewrite(
     *,
     budget_tokens: int = DEFAULT_CONTEXT_TOKENS,
     cache_key: str | None = None,
+    keep: str = "canvas",
+    priority: int = 0,
 ) -> DenoiseRequest:
-    """Build the request that renoises the selection [start, end) and denoises it in its context."""
+    """Build the request that renoises the selection [start, end) and denoises it in its context.
+
+    `keep`: how the selection's kept tokens stay visible (DenoiseRequest.rewrite_keep).
+    """
     assert 0 <= start < end <= len(doc.text), f"selection {start}-{end} outside document"
     assert 0.0 < strength <= 1.0, f"strength {strength} outside (0, 1]"
     # The window is planned as if the selection were a hole at its start with the
-    # selection removed: the model sees the code around it, and the selection as canvas.
+    # selection removed: the model sees the code around it, and the selection as the
+    # starting canvases (and, with keep "prompt"/"both", also in the prompt).
     around = SyntaxDocument(doc.text[:start] + doc.text[end:], doc.language)
     plan = HolePlan(kind="text", region=Region(start, start), stop="selection")
     context = build_context(around, start, plan, budget_tokens)
@@ -104,6 +110,8 @@ def prepare_rewrite(
         cache_key=cache_key,
         selection=doc.text[start:end],
         strength=strength,
+        rewrite_keep=keep,
+        priority=priority,
     )
 
 

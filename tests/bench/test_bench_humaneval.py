@@ -1,15 +1,32 @@
-"""HumanEval-Infilling harness: honest on canonical and empty middles, and the tiny model runs through it."""
+"""HumanEval-Infilling harness: honest on canonical and empty middles, and the tiny model runs through it.
+
+The data ships inside the package (bench/data), so none of these tests can skip on a clean clone.
+"""
 
 import json
 import subprocess
 import sys
-
-import pytest
+import zipfile
+from pathlib import Path
 
 from dgemma_lsp.bench import humaneval
 
 DATA = humaneval.default_data_dir()
-pytestmark = pytest.mark.skipif(DATA is None, reason="HumanEval-Infilling data (shared/data) is not beside the repo")
+REPO = Path(__file__).resolve().parents[2]
+SHIPPED = {*humaneval.SUBSETS.values(), "LICENSE"}
+
+
+def test_the_data_and_its_licence_ship_inside_the_package(tmp_path):
+    assert DATA.resolve().is_relative_to(Path(humaneval.__file__).resolve().parent)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(REPO)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = {Path(name).name for name in zipfile.ZipFile(wheel).namelist() if "/bench/data/" in name}
+    assert SHIPPED <= names
+    assert "MIT License" in (DATA / "LICENSE").read_text()
 
 
 def test_canonical_middles_pass_and_empty_middles_mostly_fail():
@@ -28,9 +45,16 @@ def test_every_subset_loads_with_its_fields():
 
 def test_tiny_model_smoke_run_scores_twenty_problems():
     command = [sys.executable, "-m", "dgemma_lsp.server.cli", "bench", "humaneval", "--model", "tiny",
-               "--subset", "single-line", "--limit", "20", "--steps", "2", "--max-tokens", "32", "--json"]
+               "--subset", "single-line", "--limit", "20", "--steps", "2", "--max-tokens", "32", "--json",
+               "--details"]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=True)
     report = json.loads(done.stdout)
-    assert report["problems"] == 20
-    assert 0.0 <= report["passAt1"] <= 1.0
+    assert report["problems"] == len(report["results"]) == 20
     assert report["model"] == "tiny"
+    # The score is what the sandbox said about each program, not a constant: a harness
+    # that reported everything as passing (the upstream one does) fails here.
+    passed = sum(result["outcome"] == "passed" for result in report["results"])
+    assert report["passed"] == passed and report["passAt1"] == passed / 20
+    # The random tiny model writes noise: it scores like the empty middle, not like the canonical one.
+    assert passed <= 2
+    assert any(result["middle"] for result in report["results"])

@@ -4,14 +4,26 @@ Asserts behaviour (counts, identity, cancellation), never wording or timings:
 the tiny model's weights are random.
 """
 
+import copy
+import difflib
+import math
 import threading
 
 import pytest
 import torch
-from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig
+from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
+    EntropyBoundSamplerConfig,
+    LinearTemperatureScheduleLogitsProcessor,
+)
 
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
 from dgemma_lsp.engine.errors import BadRequestError, CancelledError
+from dgemma_lsp.engine.runtime.rewriting import (
+    PinKeptTokens,
+    SelectionCanvases,
+    rewrite_schedule,
+    turn_end_id,
+)
 
 CONTEXT = InfillContext(
     prefix="def add(a, b):\n    return ", suffix="\n\nprint(add(1, 2))\n", language="python"
@@ -116,14 +128,100 @@ def test_a_changed_tail_reuses_the_stable_part(runtime):
     assert result.cached_prompt_tokens == len(runtime.prompts.build(typed).stable) > 0
 
 
-def test_rewrite_starts_from_the_selection_and_scales_steps_by_strength(runtime):
-    rewrite = DenoiseRequest(
-        context=CONTEXT, selection="a + b", strength=0.5,
-        settings=GenerationSettings(steps=8, seed=2, early_stop=False),
-    )
-    result = runtime.run(rewrite)
-    assert result.steps == 4
-    assert result.candidates and result.candidates[0].tokens >= 0
+# Five canvases of the tiny model (32 tokens each).
+LONG_SELECTION = "".join(f"total = total + values[{i}] * {i}\n" for i in range(12))
+MEDIUM_SELECTION = LONG_SELECTION[:200]
+
+
+def kept_share(runtime, selection: str, answer: str) -> float:
+    """Share of the selection's tokens found, in order, in the answer (difflib's matching blocks)."""
+    before = runtime.tokenizer(selection, add_special_tokens=False)["input_ids"]
+    after = runtime.tokenizer(answer, add_special_tokens=False)["input_ids"]
+    matcher = difflib.SequenceMatcher(None, before, after, autojunk=False)
+    return sum(block.size for block in matcher.get_matching_blocks()) / len(before)
+
+
+def rewrite(runtime, strength, seed, keep="canvas", selection=LONG_SELECTION, steps=8):
+    return runtime.run(DenoiseRequest(
+        context=CONTEXT, selection=selection, strength=strength, rewrite_keep=keep,
+        settings=GenerationSettings(steps=steps, seed=seed),
+    ))
+
+
+def test_pinned_rewrite_keeps_most_at_low_strength_and_less_as_strength_rises(runtime):
+    # By construction, not by training: kept tokens are pinned, so even the random model returns them.
+    shares = {
+        strength: sum(kept_share(runtime, MEDIUM_SELECTION, rewrite(runtime, strength, seed, selection=MEDIUM_SELECTION,
+                                                                    steps=4).candidates[0].text)
+                      for seed in (0, 1)) / 2
+        for strength in (0.1, 0.5, 1.0)
+    }
+    assert shares[0.1] >= 0.75
+    assert shares[0.1] > shares[0.5] > shares[1.0]
+
+
+def test_a_selection_longer_than_a_canvas_is_rewritten_canvas_by_canvas(runtime):
+    tokens = len(runtime.tokenizer(LONG_SELECTION, add_special_tokens=False)["input_ids"])
+    canvases = math.ceil((tokens + 1) / runtime.canvas_length)
+    assert canvases >= 3
+    result = rewrite(runtime, 0.1, seed=0)
+    assert result.canvases == canvases
+    # Its last canvas came from the selection's end, not from fresh noise.
+    answer = result.candidates[0].text
+    assert kept_share(runtime, LONG_SELECTION[-60:], answer[-80:]) >= 0.6
+
+
+def test_rewrite_runs_the_tail_of_the_schedule_that_starts_at_strength(runtime):
+    result = rewrite(runtime, 0.25, seed=3, selection="a + b", steps=8)
+    assert result.canvases == 1 and result.steps == 2  # ceil(0.25 * 8)
+    schedule = rewrite_schedule(0.25, 48, t_max=0.8, t_min=0.4)
+    assert schedule.steps == 12
+    # transformers' own temperature processor, given the cut schedule, matches the full one step by step.
+    cut = LinearTemperatureScheduleLogitsProcessor(t_min=0.4, t_max=schedule.t_start, max_denoising_steps=12)
+    full = LinearTemperatureScheduleLogitsProcessor(t_min=0.4, t_max=0.8, max_denoising_steps=48)
+    ones = torch.ones(1, 1, 1)
+    for remaining in range(12, 0, -1):
+        assert torch.allclose(cut(None, ones, remaining), full(None, ones, remaining))
+
+
+def test_the_end_token_is_the_one_the_chat_template_ends_a_turn_with(runtime):
+    turn_end = runtime.tokenizer.convert_tokens_to_ids("<turn|>")
+    assert runtime.turn_end_id == turn_end
+    assert turn_end not in runtime.model.generation_config.eos_token_id  # not the generation config's EOS
+    ids = [7, 8, 9]
+    canvases = SelectionCanvases(ids, runtime.turn_end_id, runtime.pad_id, 4, runtime.vocab_size,
+                                 strength=0.5, batch=2, device=torch.device("cpu"))
+    assert canvases.count == 1 and canvases.clean[0, 0].tolist() == [7, 8, 9, turn_end]
+    other = copy.deepcopy(runtime.tokenizer)
+    other.chat_template = "{% for m in messages %}{{ m['content'] }}<eos>\n{% endfor %}"
+    assert turn_end_id(other) == other.eos_token_id
+
+
+def test_pins_make_kept_tokens_certain_and_forbid_an_end_before_them(runtime):
+    end_ids = sorted(runtime.eos_ids)
+    canvases = SelectionCanvases([7, 8, 9, 10, 11, 12], runtime.turn_end_id, runtime.pad_id, 4, runtime.vocab_size,
+                                 strength=0.5, batch=3, device=torch.device("cpu"))
+    pin = PinKeptTokens(canvases, prompt_length=1, end_ids=end_ids)
+    for index in range(canvases.count):
+        scores = torch.randn(3, 4, runtime.vocab_size)
+        scores[..., end_ids[0]] = 50.0  # the model would end everywhere
+        out = pin(torch.zeros(1, 1 + 4 * index, dtype=torch.long), scores, cur_step=1).argmax(-1)  # [B, L]
+        kept, clean = canvases.kept[index], canvases.clean[index]
+        assert torch.equal(out[kept], clean[kept])
+        early = canvases.before_last_kept[index] & ~kept
+        assert not torch.isin(out[early], torch.tensor(end_ids)).any()
+        assert (out[~kept & ~canvases.before_last_kept[index]] == end_ids[0]).all()
+
+
+def test_keeping_in_the_prompt_shows_the_original_selection_to_the_model(runtime):
+    original = "return a + b"
+    shown = runtime.prompts.build(CONTEXT, rewrite=True, original=original)
+    hidden = runtime.prompts.build(CONTEXT, rewrite=True)
+    assert original in runtime.tokenizer.decode(shown.all) and original not in runtime.tokenizer.decode(hidden.all)
+    for keep in ("prompt", "both"):
+        assert rewrite(runtime, 0.5, seed=1, keep=keep, selection=original).candidates
+    with pytest.raises(BadRequestError):
+        rewrite(runtime, 0.5, seed=1, keep="nowhere", selection=original)
 
 
 @pytest.mark.parametrize(

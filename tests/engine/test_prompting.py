@@ -31,6 +31,31 @@ def test_instruction_prompt_uses_the_chat_template_and_marks_the_cursor():
     assert f"x = {CURSOR_MARKER}\ny = 2" in text
 
 
+CHATML = (
+    "{% for m in messages %}<|im_start|>{{ 'assistant' if m['role'] == 'assistant' else m['role'] }}\n"
+    "{{ m['content'] }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_the_prompt_follows_whatever_chat_template_the_tokenizer_carries():
+    # Not only the tiny (Gemma-shaped) one: a builder that wrote Gemma's markers itself fails here.
+    prompts = builder(start="<|im_start|>", end="<|im_end|>")
+    prompts = PromptBuilder(_with_template(prompts.tokenizer, CHATML))
+    context = InfillContext(prefix="x = ", suffix="\ny = 2\n", language="python")
+    text = prompts.tokenizer.decode(prompts.build(context).all)
+    user_turn = text.removeprefix("<|im_start|>user\n").removesuffix("<|im_end|>\n<|im_start|>assistant\n")
+    assert user_turn != text and "<|turn>" not in text
+    assert text == prompts.tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_turn}], add_generation_prompt=True, tokenize=False
+    )
+    assert f"x = {CURSOR_MARKER}\ny = 2" in user_turn
+
+
+def _with_template(tokenizer, template: str):
+    tokenizer.chat_template = template
+    return tokenizer
+
+
 def test_fim_tokens_are_used_when_the_tokenizer_has_them():
     prompts = builder(p="<|fim_prefix|>", s="<|fim_suffix|>", m="<|fim_middle|>")
     ids = prompts.build(InfillContext(prefix="a\nb", suffix="c"))

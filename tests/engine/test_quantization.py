@@ -31,6 +31,8 @@ from dgemma_lsp.engine.runtime.quantization import (
 from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model
 
 PACKED = ("fp8", "int8", "int4")
+MIN_AGREEMENT = {"fp8": 0.75, "int8": 0.75, "int4": 0.3}
+"""Share of generate's 32 tokens equal to the fp32 model's, same seed (measured: 0.94, 0.94, 0.47)."""
 BF16_FACTOR_FLOOR = {"fp8": 1.9, "int8": 1.9, "int4": 3.7}
 """Expert bytes as bf16 / packed bytes incl. bf16 scales at group 64: 1.94, 1.94, 3.76."""
 
@@ -121,12 +123,17 @@ def test_every_mode_serves_completions_and_shrinks_the_experts(mode):
     assert report.expert_bytes_before / 2 / report.expert_bytes_after >= BF16_FACTOR_FLOOR[mode]
     assert report.linear_factor >= 2 * BF16_FACTOR_FLOOR[mode]
 
+    # It still serves: with the same seed, generate draws the same noise, so the canvas it
+    # emits agrees with the full-precision model's wherever rounding left the argmax alone
+    # (another seed agrees on ~0 of 32 positions; a broken expert path would too).
     prompt, _ = _fixed_input()
+    full_precision = build_tiny_model().eval()  # seeds torch itself: build it before seeding generate
     torch.manual_seed(0)
-    out = model.generate(prompt, max_new_tokens=32)
-    new_tokens = out.sequences[0, prompt.shape[1] :]
-    assert new_tokens.numel() > 0
-    assert int(new_tokens.max()) < model.config.text_config.vocab_size
+    reference = full_precision.generate(prompt, max_new_tokens=32).sequences[0, prompt.shape[1] :]
+    torch.manual_seed(0)
+    new_tokens = model.generate(prompt, max_new_tokens=32).sequences[0, prompt.shape[1] :]
+    assert new_tokens.shape == reference.shape == (32,)
+    assert float((new_tokens == reference).float().mean()) >= MIN_AGREEMENT[mode]
 
 
 def test_encoder_and_decoder_share_one_quantized_copy():

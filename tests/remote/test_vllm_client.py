@@ -117,7 +117,7 @@ async def test_a_rewrite_carries_the_selection_in_the_prompt_and_ignores_per_req
     with caplog.at_level(logging.INFO, logger="dgemma_lsp.engine.remote.vllm_client"):
         result = await remote.denoise(rewrite)
     body = server.counters.bodies[-1]
-    assert body["prompt"] == builder.layout.text(CONTEXT, rewrite=True, selection=rewrite.selection).all
+    assert body["prompt"] == builder.layout.text(CONTEXT, rewrite=True, original=rewrite.selection).all
     assert rewrite.selection in body["prompt"]  # what to rewrite travels in the prompt: no starting canvas
     assert not {"steps", "max_denoising_steps", "suffix"} & body.keys()
     assert len(result.candidates) == 1

@@ -6,6 +6,10 @@ changes, and every error path. Each test opens its own document."""
 from __future__ import annotations
 
 import asyncio
+import difflib
+import json
+import subprocess
+import sys
 
 import pytest
 import pytest_lsp
@@ -26,6 +30,8 @@ from lsp_session import (
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
+
+from dgemma_lsp.server.stats import stats_path, summarize
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 ENCODING = "utf-16"
@@ -235,10 +241,18 @@ async def test_rewrite_code_action_resolves_to_an_edit_of_exactly_the_selection(
     )))
     (action,) = actions
     assert action.kind == lsp.CodeActionKind.RefactorRewrite and action.edit is None  # computed on resolve only
-    resolved = await within(client.code_action_resolve_async(action))
+    # A light touch: at strength 0.1 most of the selection must come back (its kept tokens are pinned).
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"dgemma": {"rewriteStrength": 0.1}}))
+    try:
+        resolved = await within(client.code_action_resolve_async(action))
+    finally:
+        client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"dgemma": {"rewriteStrength": 0.6}}))
     (edit,) = resolved.edit.changes[uri]
     assert edit.range == selection
-    assert edit.new_text.endswith("\n")  # the selection's trailing newline is kept
+    kept = difflib.SequenceMatcher(None, text[start:end], edit.new_text, autojunk=False)
+    assert sum(block.size for block in kept.get_matching_blocks()) >= 0.7 * (end - start)
+    # Applied, the line after the selection is still a line of its own.
+    assert (text[:start] + edit.new_text + text[end:]).endswith("\n" + text[end:])
 
     empty = lsp.Range(start=selection.start, end=selection.start)
     none = await within(client.text_document_code_action_async(lsp.CodeActionParams(
@@ -308,7 +322,21 @@ async def test_bad_requests_get_an_error_and_the_server_keeps_serving(client, me
     assert (await status(client))["state"] != "error"  # still serving
 
 
-async def test_copilot_shaped_notifications_are_accepted(client: LanguageClient):
-    client.protocol.notify("dgemma/didShowCompletion", {"item": {"insertText": "x"}})
-    client.protocol.notify("dgemma/didPartiallyAcceptCompletion", {"item": {"insertText": "xy"}, "acceptedLength": 1})
-    assert (await status(client))["state"] != "error"
+async def test_shown_and_accepted_completions_are_counted_for_stats(client: LanguageClient):
+    path = stats_path()
+    before = summarize(path)
+    uri = "file:///tmp/stats.py"
+    text = "def twice(x):\n    return \n"
+    open_document(client, uri, text)
+    result = await complete(client, uri, position_of(text, text.index("return ") + 7, ENCODING))
+    client.protocol.notify("dgemma/didShowCompletion", {"item": {"insertText": "x * 2"}})
+    client.protocol.notify("dgemma/didPartiallyAcceptCompletion", {"item": {"insertText": "x * 2"}, "acceptedLength": 2})
+    assert (await status(client))["state"] != "error"  # a round trip: both notifications were handled
+    after = summarize(path)
+    assert after.answered == before.answered + (1 if result.items else 0)
+    assert (after.shown, after.accepted) == (before.shown + 1, before.accepted + 1)
+    assert after.latency_ms is not None
+    # `dgemma-lsp stats` reads the same file.
+    done = subprocess.run([sys.executable, "-m", "dgemma_lsp.server.cli", "stats", "--json"],
+                          capture_output=True, text=True, check=True, timeout=60)
+    assert json.loads(done.stdout)["accepted"] == after.accepted

@@ -1,0 +1,93 @@
+"""Load failures of the real service and the in-process client: `error` with the reason, then retries.
+
+The failure is real: a copy of the tiny model folder whose tokenizer has no chat
+template (PromptBuilder raises ValueError while the runtime is set up). Fixing the
+folder and retrying — after the backoff, or at once with reload — loads it.
+"""
+
+import asyncio
+import shutil
+import time
+
+import pytest
+
+from dgemma_lsp.engine import errors
+from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
+from dgemma_lsp.engine.client import EngineUnavailableError, InProcessEngineClient
+from dgemma_lsp.engine.runtime.service import InfillService
+from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
+
+REQUEST = DenoiseRequest(
+    context=InfillContext(prefix="x = ", suffix="\n", language="python"),
+    settings=GenerationSettings(steps=1, seed=1),
+)
+
+
+@pytest.fixture
+def no_template_folder(tmp_path):
+    """(folder, fix): a tiny model whose tokenizer has no chat template, and how to put it back."""
+    source = ensure_tiny_model()
+    folder = tmp_path / "no-template"
+    shutil.copytree(source, folder)
+    (folder / "chat_template.jinja").unlink()
+
+    def fix() -> None:
+        shutil.copy(source / "chat_template.jinja", folder / "chat_template.jinja")
+
+    return folder, fix
+
+
+def test_a_set_up_failure_is_an_error_with_its_reason_then_retried_after_the_backoff(no_template_folder):
+    folder, fix = no_template_folder
+    service = InfillService(str(folder), first_retry_s=0.5)
+    with pytest.raises(errors.ModelLoadError):
+        service.load()
+    status = service.status()
+    assert status.state == "error" and "chat" in status.message
+    fix()
+    with pytest.raises(errors.ModelLoadError):  # within the backoff: the same error, no new attempt
+        service.load()
+    assert not service.loaded
+    time.sleep(0.6)
+    assert service.retry_due()
+    service.load()
+    assert service.loaded and service.status().state == "ready"
+
+
+def test_reload_retries_at_once(no_template_folder):
+    folder, fix = no_template_folder
+    service = InfillService(str(folder))  # the default 5 s backoff
+    with pytest.raises(errors.ModelLoadError):
+        service.load()
+    fix()
+    service.reload()
+    assert service.status().state == "ready"
+
+
+async def test_in_process_client_reports_error_then_a_later_request_loads(no_template_folder):
+    folder, fix = no_template_folder
+    client = InProcessEngineClient(InfillService(str(folder), first_retry_s=0.5))
+    seen = []
+    client.on_status(lambda status: seen.append(status.state))
+    with pytest.raises(EngineUnavailableError):
+        await client.denoise(REQUEST, lambda draft: None)
+    assert client.status().state == "error" and seen[-1] == "error"
+    fix()
+    await asyncio.sleep(0.6)
+    result = await client.denoise(REQUEST, lambda draft: None)
+    assert result.candidates and client.status().state == "ready"
+    await client.close()
+
+
+async def test_in_process_reload_after_a_fix(no_template_folder):
+    folder, fix = no_template_folder
+    client = InProcessEngineClient(InfillService(str(folder)))
+    await client.start()
+    with pytest.raises(EngineUnavailableError):
+        await client.denoise(REQUEST, lambda draft: None)
+    fix()
+    with pytest.raises(EngineUnavailableError):  # within the backoff a request does not try again
+        await client.denoise(REQUEST, lambda draft: None)
+    assert (await client.reload()).state == "ready"
+    assert (await client.denoise(REQUEST, lambda draft: None)).candidates
+    await client.close()

@@ -89,7 +89,7 @@ class VerbatimPrompt:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
 
-    def build(self, context: InfillContext, *, rewrite: bool = False) -> PromptIds:
+    def build(self, context: InfillContext, *, rewrite: bool = False, original: str | None = None) -> PromptIds:
         ids = self.tokenizer(context.prefix, add_special_tokens=False)["input_ids"]
         return PromptIds(stable=[], tail=ids)
 

@@ -142,7 +142,8 @@ class SyntaxDocument:
         if self._parser is None or self._dirty is None:
             return
         budget = self.parse_budget_s
-        if not self.stale and not (budget is not None and self._over_budget):
+        # A budget of 0 means never a whole parse on the keystroke path (only `catch_up` does one).
+        if not self.stale and not (budget is not None and (self._over_budget or budget <= 0)):
             deadline = None if budget is None else time.perf_counter() + budget
             try:
                 self._adopt(self._parse(self._parser, self._full, deadline=deadline))
@@ -233,9 +234,15 @@ class SyntaxDocument:
         root = self._outline.root_node
         first = _top_level_at(root, lo, before=True)
         last = _top_level_at(root, hi, before=False)
+        while first is not None and first.is_extra and first.prev_sibling is not None:
+            first = first.prev_sibling  # a comment belongs to the definition it sits in (or before)
         start = first.start_byte if first is not None else 0
         end = last.end_byte if last is not None else len(self.source)
-        return min(start, lo), min(len(self.source), max(end, hi))
+        start, end = min(start, lo), min(len(self.source), max(end, hi))
+        # Whole lines: the grammar sees the region's last line break (an indentation-based
+        # scanner closes its blocks there) and the first line's indentation.
+        line_end = self.source.find(b"\n", end)
+        return self.source.rfind(b"\n", 0, start) + 1, len(self.source) if line_end < 0 else line_end + 1
 
     @property
     def whole_tree(self) -> tree_sitter.Tree | None:

@@ -32,6 +32,7 @@ from dgemma_lsp.engine.client import EngineClient
 
 from .completions import Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
+from .loop_monitor import LoopMonitor
 from .positions import LineIndex, PositionError
 from .scheduler import CompletionCache, LatestWins, Superseded
 from .settings import SECTION, ServerSettings, decode_settings
@@ -40,6 +41,9 @@ log = logging.getLogger(__name__)
 
 REWRITE_COMMAND = "dgemma.rewriteSelection"
 STATUS_COMMAND = "dgemma.status"
+STATS_COMMAND = "dgemma.serverStats"
+"""For benchmarks: the longest event-loop stall and the prompt tokens encoded per request since
+the previous call (the first call starts the loop monitor)."""
 DRAFT_NOTIFICATION = "dgemma/draft"
 STATUS_NOTIFICATION = "dgemma/status"
 DID_SHOW = "dgemma/didShowCompletion"
@@ -130,6 +134,7 @@ class DGemmaServer(LanguageServer):
         self._load_progress: str | None = None
         self._load_error_shown = False
         self._closing: asyncio.Future | None = None
+        self.loop_monitor = LoopMonitor()
 
     # -- translation helpers -------------------------------------------------------
 
@@ -390,6 +395,14 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
     def status_command(ls: DGemmaServer, *args: Any):
         return status_payload(ls.engine.status(), ls.scheduler.in_flight)
 
+    @server.command(STATS_COMMAND)
+    def server_stats(ls: DGemmaServer, *args: Any):
+        started = ls.loop_monitor.running
+        ls.loop_monitor.start()
+        encoded = list(ls.completer.encoded_tokens)
+        ls.completer.encoded_tokens.clear()
+        return {"loopStallMs": ls.loop_monitor.take() if started else None, "encodedTokens": encoded}
+
     @server.feature(DID_SHOW)
     def did_show(ls: DGemmaServer, params: Any) -> None:
         log.info("completion shown: %s", _short(params))
@@ -402,6 +415,8 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
     def shutdown(ls: DGemmaServer, params: None) -> None:
         # Synchronous on purpose: `exit` may follow at once, and must find the shutdown done.
         ls.scheduler.cancel_all()
+        ls.loop_monitor.stop()
+        ls.documents.worker.close()
         ls._closing = asyncio.ensure_future(ls.engine.close())
 
     return server

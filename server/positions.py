@@ -74,6 +74,13 @@ class LineIndex:
         self._shift = 0
         """Starts at index >= _shift_from are stored _shift too small."""
 
+    def copy(self) -> LineIndex:
+        """An independent index of the same text (a list copy: microseconds for 10,000 lines)."""
+        other = object.__new__(LineIndex)
+        other.text, other._starts = self.text, list(self._starts)
+        other._shift_from, other._shift = self._shift_from, self._shift
+        return other
+
     @property
     def starts(self) -> list[int]:
         """Every line's start offset (materialized: for tests and debugging)."""

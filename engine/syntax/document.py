@@ -91,7 +91,9 @@ class SyntaxDocument:
         """Replace the whole text and parse it from scratch (open, or a full-sync change)."""
         self.text = text
         self.source = text.encode("utf-8")
-        self.tree = self._full = self._outline = self._parser.parse(self.source) if self._parser is not None else None
+        # Through the progress callback, which lets other threads run: a big file's first parse
+        # takes tens of milliseconds, and the server runs it on a worker thread.
+        self.tree = self._full = self._outline = self._parse(self._parser, None) if self._parser is not None else None
         self.stale, self._dirty, self._over_budget = False, None, False
         self.revision += 1
         self._changes.clear()
@@ -243,6 +245,23 @@ class SyntaxDocument:
         # scanner closes its blocks there) and the first line's indentation.
         line_end = self.source.find(b"\n", end)
         return self.source.rfind(b"\n", 0, start) + 1, len(self.source) if line_end < 0 else line_end + 1
+
+    def snapshot(self) -> SyntaxDocument:
+        """This document as it is now, for work that must see this revision while the document
+        moves on (or that edits a private copy): text shared, trees copied (O(1) in tree-sitter)."""
+        copy = object.__new__(SyntaxDocument)
+        copy.__dict__.update(self.__dict__)
+        copy.memo = dict(self.memo)  # derived values, each validated by revision
+        copy._changes = deque(self._changes, maxlen=_HISTORY)
+        copy._region_parser = None
+        for name in ("tree", "_full", "_outline"):
+            tree = getattr(self, name)
+            setattr(copy, name, tree.copy() if tree is not None else None)
+        if self._outline is self._full:
+            copy._outline = copy._full
+        if self.tree is self._full:
+            copy.tree = copy._full
+        return copy
 
     @property
     def whole_tree(self) -> tree_sitter.Tree | None:

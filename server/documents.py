@@ -156,6 +156,9 @@ class OpenDocument:
         self.revision += 1
         if start is not None:
             self._changes.append((self.revision, start, len(self.lines.text) - start - len(new_text)))
+        self._queue(start, end, new_text)
+
+    def _queue(self, start: int | None, end: int, new_text: str) -> None:
         with self._lock:
             self._pending.append((self.revision, start, end, new_text))
             cell = self._open_sync
@@ -247,7 +250,7 @@ class DocumentStore:
 
     def open(self, uri: str, language_id: str, version: int, text: str) -> OpenDocument:
         document = OpenDocument(uri, language_id, version, LineIndex(text), self.worker)
-        document.change(None, 0, text)  # the first parse happens on the worker too
+        document._queue(None, 0, text)  # the first parse happens on the worker too
         self._documents[uri] = document
         return document
 

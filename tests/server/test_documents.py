@@ -31,7 +31,7 @@ async def test_a_change_reaches_the_text_at_once_and_the_tree_on_the_worker():
         store.change(URI, 2 + i, [((0, 11 + i, 0, 11 + i), char)], "utf-16")
     assert document.text == "fn main() {let x = 1;\n}\n"
     assert document.position(len(document.text), "utf-16") == (2, 0)
-    assert document._applied == 0  # nothing parsed yet: the worker is busy
+    assert len(document._pending) == 1 + len("let x = 1;")  # nothing parsed yet: the worker is busy
     release.set()
     syntax_text, tree = await document.in_worker(lambda syntax: (syntax.text, str(syntax.tree.root_node)))
     assert syntax_text == document.text
@@ -89,4 +89,17 @@ async def test_the_event_loop_runs_while_a_big_rust_file_is_parsed():
     ticks, longest, total = await _ticks_while(document.in_worker(lambda syntax: syntax.catch_up()))
     assert longest < max(total / 2, 0.02), (ticks, longest, total)
     assert await document.in_worker(lambda syntax: (syntax.stale, syntax.text)) == (False, document.text)
+    store.worker.close()
+
+
+async def test_the_change_history_tells_what_typing_left_untouched():
+    store = DocumentStore()
+    document = store.open("file:///a.py", "python", 1, "a = 1\nb = 2\n")
+    before = document.revision
+    store.change("file:///a.py", 2, [((0, 5, 0, 5), "0"), ((0, 6, 0, 6), "0")], "utf-16")
+    assert document.text == "a = 100\nb = 2\n"
+    assert document.unchanged_since(before) == (5, len("\nb = 2\n"))
+    assert document.unchanged_since(document.revision) == (len(document.text), len(document.text))
+    store.change("file:///a.py", 3, [(None, "c = 3\n")], "utf-16")  # a full sync forgets the past
+    assert document.unchanged_since(before) is None
     store.worker.close()

@@ -38,6 +38,10 @@ _HISTORY = 256
 """How many recent changes `unchanged_since` can look back over."""
 KEYSTROKE_PARSE_BUDGET_S = 0.002
 """The language server's budget for one reparse (the per-keystroke target is 5 ms in all)."""
+REGION_BYTES = 8192
+"""About 250 lines: a region this size parses in well under a millisecond."""
+_SMALL = 512
+"""A container's opening or closing part this small is taken whole (`class A(B):`, `};`)."""
 _READ_CHUNK = 1 << 14
 """Bytes handed to tree-sitter per read callback. A bytes copy, not a memoryview slice:
 `Node.text` of a tree read from memoryviews crashes py-tree-sitter 0.26 (issue #435)."""
@@ -83,6 +87,8 @@ class SyntaxDocument:
         self._dirty: tuple[int, int] | None = None
         """Bytes [lo, hi) changed since the whole-document tree was last parsed."""
         self._region_parser: tree_sitter.Parser | None = None
+        self.region_bytes = REGION_BYTES
+        """A region larger than this is narrowed to the members around the change (`enclosing_ranges`)."""
         self.set_text(text)
 
     # --- changes ------------------------------------------------------------------
@@ -219,32 +225,53 @@ class SyntaxDocument:
     def _parse_region(self) -> tree_sitter.Tree:
         """Parse the top-level nodes that the changes since the last whole parse touched."""
         assert self._dirty is not None, "a region needs a change"
-        start, end = self.enclosing_region(*self._dirty)
         if self._region_parser is None:
             self._region_parser = tree_sitter.Parser(self._parser.language)
         parser = self._region_parser
-        parser.included_ranges = [byte_range(self.source, start, end)]
+        parser.included_ranges = [byte_range(self.source, a, b) for a, b in self.enclosing_ranges(*self._dirty)]
         return self._parse(parser, None)
 
-    def enclosing_region(self, lo: int, hi: int) -> tuple[int, int]:
-        """Bytes [start, end) of the top-level nodes around bytes [lo, hi): what can be parsed alone.
+    def enclosing_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """Byte ranges that parse on their own the way they parse in the file, around bytes [lo, hi).
 
-        Taken from the latest whole-document tree without a top-level ERROR node where the
-        document was changed (see `_outline`); the whole text without a tree."""
+        The core is the top-level nodes around the change, in whole lines (the grammar sees
+        the first line's indentation and the last line break, where an indentation-based
+        scanner closes its blocks). A core larger than `region_bytes` that is one node
+        (a class, a namespace) is narrowed to that node's members around the change, and
+        the container's opening and closing (`class Big {` ... `}`, `class A:`) come along
+        as ranges of their own, level by level. Taken from the latest whole-document tree
+        without a top-level ERROR node where the document was changed (see `_outline`).
+        """
+        source, size = self.source, len(self.source)
         if self._outline is None:
-            return 0, len(self.source)
-        root = self._outline.root_node
-        first = _top_level_at(root, lo, before=True)
-        last = _top_level_at(root, hi, before=False)
-        while first is not None and first.is_extra and first.prev_sibling is not None:
-            first = first.prev_sibling  # a comment belongs to the definition it sits in (or before)
-        start = first.start_byte if first is not None else 0
-        end = last.end_byte if last is not None else len(self.source)
-        start, end = min(start, lo), min(len(self.source), max(end, hi))
-        # Whole lines: the grammar sees the region's last line break (an indentation-based
-        # scanner closes its blocks there) and the first line's indentation.
-        line_end = self.source.find(b"\n", end)
-        return self.source.rfind(b"\n", 0, start) + 1, len(self.source) if line_end < 0 else line_end + 1
+            return [(0, size)]
+        container = self._outline.root_node
+        heads: list[tuple[int, int]] = []
+        tails: list[tuple[int, int]] = []
+        while True:
+            first = _top_level_at(container, lo, before=True)
+            last = _top_level_at(container, hi, before=False)
+            while first is not None and first.is_extra and first.prev_sibling is not None:
+                first = first.prev_sibling  # a comment belongs to the definition it sits in (or before)
+            is_root = container.parent is None
+            outer_start, outer_end = (0, size) if is_root else (container.start_byte, container.end_byte)
+            start = min(first.start_byte if first is not None else outer_start, lo)
+            end = max(last.end_byte if last is not None else outer_end, hi)
+            if not is_root:
+                _add_head(heads, source, container, start)
+                _add_tail(tails, source, container, end)
+            floor = heads[-1][1] if heads else 0
+            ceiling = tails[-1][0] if tails else size
+            start = max(source.rfind(b"\n", 0, start) + 1, floor)
+            line_end = source.find(b"\n", end)
+            end = min(size if line_end < 0 else line_end + 1, ceiling)
+            if end - start <= self.region_bytes or first is None or first != last or first.child_count == 0:
+                break
+            after = first.next_sibling
+            if after is not None and not after.is_named and after.end_byte - first.end_byte <= _SMALL:
+                tails.append((first.end_byte, after.end_byte))  # the `;` of `class A { ... };`
+            container = first
+        return _merge([*heads, (start, end), *reversed(tails)])
 
     def snapshot(self) -> SyntaxDocument:
         """This document as it is now, for work that must see this revision while the document
@@ -345,6 +372,53 @@ def _top_level_at(root: tree_sitter.Node, byte: int, *, before: bool) -> tree_si
     if before:
         return children[lo - 1] if lo > 0 else None
     return children[lo] if lo < len(children) else None
+
+
+def _add_head(heads: list[tuple[int, int]], source: bytes, container: tree_sitter.Node, start: int) -> None:
+    """The container's part before its members at `start`: all of it when small, else its opening token.
+
+    It ends at a line break where it can, so the members' first line keeps its own indentation."""
+    opening = container.start_byte
+    if start - opening <= _SMALL:
+        newline = source.rfind(b"\n", opening, start)
+        end = newline + 1 if newline >= 0 else start
+    elif container.child_count and not container.children[0].is_named and container.children[0].end_byte <= start:
+        token_end = container.children[0].end_byte
+        newline = source.find(b"\n", token_end, start)
+        end = newline + 1 if newline >= 0 else token_end
+    else:
+        return
+    if end > opening:
+        heads.append((opening, end))
+
+
+def _add_tail(tails: list[tuple[int, int]], source: bytes, container: tree_sitter.Node, end: int) -> None:
+    """The container's part after its members ending at `end`: all of it when small, else its closing token.
+
+    It starts after the members' last line break where it can (the members keep it)."""
+    closing = container.end_byte
+    if closing - end <= _SMALL:
+        newline = source.find(b"\n", end, closing)
+        start = newline + 1 if newline >= 0 else end
+    elif container.child_count and not container.children[-1].is_named and container.children[-1].start_byte >= end:
+        start = container.children[-1].start_byte
+        line_start = source.rfind(b"\n", end, start) + 1
+        start = line_start if line_start > end else start
+    else:
+        return
+    if closing > start:
+        tails.append((start, closing))
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, non-empty, non-overlapping ranges (tree-sitter's rule for included ranges)."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(r for r in ranges if r[1] > r[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 def byte_range(source: bytes, start: int, end: int) -> tree_sitter.Range:

@@ -10,7 +10,10 @@ can reuse work (the context window) while the user types on one line.
 Bounded reparse: with `parse_budget_s` set, a reparse that runs past the budget is
 abandoned (tree-sitter's progress callback; it fires every few hundred bytes) and
 only the enclosing top-level region of the edits is parsed instead, as a tree of its
-own in the document's coordinates (`Parser.included_ranges`). `tree` is then that
+own in the document's coordinates (`Parser.included_ranges`; in a big class or
+namespace, the member around the edits plus the container's opening and closing
+lines: `enclosing_ranges`). Once a whole parse ran over budget, the next keystrokes
+go to the region directly until a `catch_up` finishes within the budget again. `tree` is then that
 region's tree and `stale` is True; the whole-document tree is kept edited in step and
 brought up to date by `catch_up`, which a caller runs when it has time (the server's
 syntax worker, between keystrokes) and which stops as soon as a newer change waits.

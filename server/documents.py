@@ -207,6 +207,7 @@ class OpenDocument:
         assert self._applied <= revision, f"syntax at revision {self._applied}, a job wants {revision}"
         if self._syntax is None:
             self._syntax = SyntaxDocument("", self.language_id, parse_budget_s=KEYSTROKE_PARSE_BUDGET_S)
+            self._syntax.share_gil = True  # the event loop's thread needs the GIL too
         syntax = self._syntax
         edited = False
         for rev, start, end, new_text in batch:

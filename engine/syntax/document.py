@@ -90,6 +90,8 @@ class SyntaxDocument:
         self._dirty: tuple[int, int] | None = None
         """Bytes [lo, hi) changed since the whole-document tree was last parsed."""
         self._region_parser: tree_sitter.Parser | None = None
+        self.share_gil = False
+        """Let other threads run during every parse, not only the long ones (see `_parse`)."""
         self.region_bytes = REGION_BYTES
         """A region larger than this is narrowed to the members around the change (`enclosing_ranges`)."""
         self.set_text(text)
@@ -102,7 +104,9 @@ class SyntaxDocument:
         self.source = text.encode("utf-8")
         # Through the progress callback, which lets other threads run: a big file's first parse
         # takes tens of milliseconds, and the server runs it on a worker thread.
-        self.tree = self._full = self._outline = self._parse(self._parser, None) if self._parser is not None else None
+        self.tree = self._full = self._outline = (
+            self._parse(self._parser, None, share_gil=True) if self._parser is not None else None
+        )
         self.stale, self._dirty, self._over_budget = False, None, False
         self.revision += 1
         self._changes.clear()
@@ -176,7 +180,7 @@ class SyntaxDocument:
             return True
         started = time.perf_counter()
         try:
-            self._adopt(self._parse(self._parser, self._full, should_stop=should_stop))
+            self._adopt(self._parse(self._parser, self._full, should_stop=should_stop, share_gil=True))
         except ParseAborted:
             return False
         budget = self.parse_budget_s
@@ -198,8 +202,15 @@ class SyntaxDocument:
         *,
         deadline: float | None = None,
         should_stop: Callable[[], bool] | None = None,
+        share_gil: bool = False,
     ) -> tree_sitter.Tree:
-        """One parse of `source` through the progress callback; raises ParseAborted when stopped."""
+        """One parse of `source` through the progress callback; raises ParseAborted when stopped.
+
+        `share_gil` lets other threads run every half millisecond: always for the long parses
+        (a file's first, `catch_up`), for every parse when the document's `share_gil` says so
+        (a server's worker thread, beside its event loop). Without other threads it is left
+        off: sleep(0) also offers the CPU to other processes, which on a busy machine can
+        cost a keystroke milliseconds."""
         source = self.source
         clock = time.perf_counter
         next_yield = clock() + _YIELD_EVERY_S
@@ -212,7 +223,7 @@ class SyntaxDocument:
             now = clock()
             if deadline is not None and now > deadline:
                 return True
-            if now > next_yield:
+            if (share_gil or self.share_gil) and now > next_yield:
                 time.sleep(0)  # let the event loop's thread take the GIL
                 next_yield = clock() + _YIELD_EVERY_S
             return should_stop is not None and should_stop()

@@ -98,7 +98,6 @@ def bench_language(language: str, keystrokes: int, budget: int, autoclose: bool 
                    lines: int = 5000, parse_budget_s: float | None = KEYSTROKE_PARSE_BUDGET_S) -> dict:
     source = generate_source(language, lines)
     doc = SyntaxDocument(source, language, parse_budget_s=parse_budget_s)
-    doc.share_gil = True  # as the server's syntax worker parses
     offset = _cursor_in_middle(source)
     line_start = source.rfind("\n", 0, offset) + 1
     line = source[line_start:offset]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _HISTORY = 256
 """How many recent changes `OpenDocument.unchanged_since` can look back over."""
+GIL_SWITCH_S = 0.001
+"""The interpreter's switch interval once the worker runs (default 5 ms): how long the event
+loop may wait for the GIL while the worker parses (tree-sitter's progress callback is where
+the worker gives it up). A process-wide setting, set here because this thread is why."""
 
 
 class UnknownDocumentError(KeyError):
@@ -76,6 +81,7 @@ class SyntaxWorker:
 
     def _put(self, item) -> None:
         if self._thread is None:
+            sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
             self._thread = threading.Thread(target=self._serve, name="dgemma-syntax", daemon=True)
             self._thread.start()
         self._jobs.put(item)
@@ -207,7 +213,6 @@ class OpenDocument:
         assert self._applied <= revision, f"syntax at revision {self._applied}, a job wants {revision}"
         if self._syntax is None:
             self._syntax = SyntaxDocument("", self.language_id, parse_budget_s=KEYSTROKE_PARSE_BUDGET_S)
-            self._syntax.share_gil = True  # the event loop's thread needs the GIL too
         syntax = self._syntax
         edited = False
         for rev, start, end, new_text in batch:

@@ -48,9 +48,6 @@ _SMALL = 512
 _READ_CHUNK = 1 << 14
 """Bytes handed to tree-sitter per read callback. A bytes copy, not a memoryview slice:
 `Node.text` of a tree read from memoryviews crashes py-tree-sitter 0.26 (issue #435)."""
-_YIELD_EVERY_S = 0.0005
-"""How often a parse lets other Python threads run: tree-sitter holds the GIL while it
-parses, so a long parse in a worker thread would otherwise stall the event loop."""
 
 
 class ParseAborted(Exception):
@@ -84,14 +81,13 @@ class SyntaxDocument:
         would too (tree-sitter recovering from the same half-typed line), so it is not tried."""
         self._full: tree_sitter.Tree | None = None
         self._outline: tree_sitter.Tree | None = None
-        """The whole-document tree whose top-level nodes delimit regions: the latest one that had no
-        top-level ERROR node where the changes are (error recovery on a half-typed statement can
-        swallow the rest of the file into one ERROR node: no region to parse on its own)."""
+        """The whole-document tree whose top-level nodes delimit regions: the latest one whose
+        top-level node where the changes are had no error (error recovery on a half-typed
+        statement can swallow the rest of the file into one ERROR node, or into the body of the
+        function being typed in: no region to parse on its own)."""
         self._dirty: tuple[int, int] | None = None
         """Bytes [lo, hi) changed since the whole-document tree was last parsed."""
         self._region_parser: tree_sitter.Parser | None = None
-        self.share_gil = False
-        """Let other threads run during every parse, not only the long ones (see `_parse`)."""
         self.region_bytes = REGION_BYTES
         """A region larger than this is narrowed to the members around the change (`enclosing_ranges`)."""
         self.set_text(text)
@@ -104,9 +100,7 @@ class SyntaxDocument:
         self.source = text.encode("utf-8")
         # Through the progress callback, which lets other threads run: a big file's first parse
         # takes tens of milliseconds, and the server runs it on a worker thread.
-        self.tree = self._full = self._outline = (
-            self._parse(self._parser, None, share_gil=True) if self._parser is not None else None
-        )
+        self.tree = self._full = self._outline = self._parse(self._parser, None) if self._parser is not None else None
         self.stale, self._dirty, self._over_budget = False, None, False
         self.revision += 1
         self._changes.clear()
@@ -180,7 +174,7 @@ class SyntaxDocument:
             return True
         started = time.perf_counter()
         try:
-            self._adopt(self._parse(self._parser, self._full, should_stop=should_stop, share_gil=True))
+            self._adopt(self._parse(self._parser, self._full, should_stop=should_stop))
         except ParseAborted:
             return False
         budget = self.parse_budget_s
@@ -190,7 +184,7 @@ class SyntaxDocument:
     def _adopt(self, tree: tree_sitter.Tree) -> None:
         changed = self._dirty or (0, 0)
         at = _top_level_at(tree.root_node, changed[0], before=True)
-        if at is None or at.type != "ERROR" or self._outline is None:
+        if at is None or not at.has_error or self._outline is None:
             self._outline = tree
         self.tree = self._full = tree
         self.stale, self._dirty = False, None
@@ -202,30 +196,22 @@ class SyntaxDocument:
         *,
         deadline: float | None = None,
         should_stop: Callable[[], bool] | None = None,
-        share_gil: bool = False,
     ) -> tree_sitter.Tree:
         """One parse of `source` through the progress callback; raises ParseAborted when stopped.
 
-        `share_gil` lets other threads run every half millisecond: always for the long parses
-        (a file's first, `catch_up`), for every parse when the document's `share_gil` says so
-        (a server's worker thread, beside its event loop). Without other threads it is left
-        off: sleep(0) also offers the CPU to other processes, which on a busy machine can
-        cost a keystroke milliseconds."""
+        Tree-sitter holds the GIL while it parses; the progress callback runs Python code
+        every few hundred bytes, which is where the interpreter hands the GIL to a thread
+        that asked for it (after `sys.getswitchinterval()`): a long parse on a worker
+        thread does not stall an event loop for longer than that."""
         source = self.source
         clock = time.perf_counter
-        next_yield = clock() + _YIELD_EVERY_S
 
         def read(byte: int, _point) -> bytes:
             return source[byte:byte + _READ_CHUNK]
 
         def progress(_offset: int, _has_error: bool) -> bool:
-            nonlocal next_yield
-            now = clock()
-            if deadline is not None and now > deadline:
+            if deadline is not None and clock() > deadline:
                 return True
-            if (share_gil or self.share_gil) and now > next_yield:
-                time.sleep(0)  # let the event loop's thread take the GIL
-                next_yield = clock() + _YIELD_EVERY_S
             return should_stop is not None and should_stop()
 
         try:

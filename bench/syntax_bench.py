@@ -1,10 +1,15 @@
 """Keystroke benchmark of the syntax layer (not a test): `dgemma-lsp bench syntax`.
 
-For each language, a generated 5,000-line file is opened and typed into: characters
-on a line inside a function body, then Enter, again and again. The work of one
-keystroke is what the server does per change before any model work: the incremental
-reparse (`apply_change`), `plan_hole`, `build_context` (2,048-token budget) and
-`finish_text` of a fixed raw answer. Reports p50/p99/max in ms per language, over all
+For each language, a generated 5,000-line file (`--lines`) is opened and typed into:
+characters on a line inside a function body, then Enter, again and again. The work of
+one keystroke is what the server does per change before any model work: the
+incremental reparse (`apply_change`, bounded by the server's parse budget as the server
+bounds it), `plan_hole`, `build_context` (2,048-token budget) and `finish_text` of a
+fixed raw answer. After each keystroke the document is brought up to date as the
+server's syntax worker does between keystrokes (`catch_up`, the whole-document reparse
+a bounded one gave up on); that time is reported apart (`catchup_*`: background work,
+interrupted in the server by the next keystroke), and the next keystroke starts from an
+up-to-date tree, the slower case. Reports p50/p99/max in ms per language, over all
 keystrokes and over the first keystroke on a fresh line (where the context's stable
 part is recomputed). Brackets are auto-closed as editors do by default (`--no-autoclose`
 types them unpaired: tree-sitter's error recovery then reparses to the end of the file).
@@ -20,7 +25,7 @@ import sys
 import time
 
 from dgemma_lsp.engine.syntax.context import build_context
-from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
 from dgemma_lsp.engine.syntax.languages import LANGUAGES
 from dgemma_lsp.engine.syntax.planning import plan_hole
 from dgemma_lsp.engine.syntax.postprocess import finish_text
@@ -89,9 +94,10 @@ def _cursor_in_middle(source: str) -> int:
 _PAIRS = {"(": ")", "[": "]", "{": "}"}
 
 
-def bench_language(language: str, keystrokes: int, budget: int, autoclose: bool = True) -> dict:
-    source = generate_source(language)
-    doc = SyntaxDocument(source, language)
+def bench_language(language: str, keystrokes: int, budget: int, autoclose: bool = True, *,
+                   lines: int = 5000, parse_budget_s: float | None = KEYSTROKE_PARSE_BUDGET_S) -> dict:
+    source = generate_source(language, lines)
+    doc = SyntaxDocument(source, language, parse_budget_s=parse_budget_s)
     offset = _cursor_in_middle(source)
     line_start = source.rfind("\n", 0, offset) + 1
     line = source[line_start:offset]
@@ -100,6 +106,8 @@ def bench_language(language: str, keystrokes: int, budget: int, autoclose: bool 
     reparse_ms: list[float] = []
     autoclosed = 0
     new_line_ms: list[float] = []
+    catchup_ms: list[float] = []
+    bounded = 0
     # Enter first, so the typing happens on a fresh statement line.
     pending = ["\n" + indent]
     while len(all_ms) < keystrokes:
@@ -124,6 +132,11 @@ def bench_language(language: str, keystrokes: int, budget: int, autoclose: bool 
         all_ms.append(elapsed)
         if change.startswith("\n"):
             new_line_ms.append(elapsed)
+        if doc.stale:
+            bounded += 1
+            t1 = time.perf_counter()
+            doc.catch_up()
+            catchup_ms.append((time.perf_counter() - t1) * 1000.0)
     return {
         "language": language,
         "lines": source.count("\n"),
@@ -137,6 +150,10 @@ def bench_language(language: str, keystrokes: int, budget: int, autoclose: bool 
         "reparse_p50_ms": _percentile(reparse_ms, 50),
         "reparse_p99_ms": _percentile(reparse_ms, 99),
         "rest_p99_ms": _percentile([a - r for a, r in zip(all_ms, reparse_ms, strict=True)], 99),
+        "parse_budget_ms": None if parse_budget_s is None else parse_budget_s * 1000.0,
+        "over_budget_keystrokes": bounded,
+        "catchup_p50_ms": _percentile(catchup_ms, 50) if catchup_ms else 0.0,
+        "catchup_p99_ms": _percentile(catchup_ms, 99) if catchup_ms else 0.0,
     }
 
 
@@ -154,22 +171,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="type brackets unpaired (the editor does not auto-close): worst case for "
                              "tree-sitter's error recovery")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--lines", type=int, default=5000, help="length of the generated file")
+    parser.add_argument("--parse-budget-ms", type=float, default=KEYSTROKE_PARSE_BUDGET_S * 1000.0,
+                        help="reparse budget per keystroke, as the server uses it; 0 = unbounded (before issue 15)")
 
 
 def run(args: argparse.Namespace) -> int:
     autoclose = getattr(args, "autoclose", True)
-    results = [bench_language(lang, args.keystrokes, args.budget, autoclose) for lang in args.languages]
+    budget_ms = getattr(args, "parse_budget_ms", KEYSTROKE_PARSE_BUDGET_S * 1000.0)
+    results = [bench_language(lang, args.keystrokes, args.budget, autoclose, lines=getattr(args, "lines", 5000),
+                              parse_budget_s=budget_ms / 1000.0 if budget_ms else None)
+               for lang in args.languages]
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps({"benchmark": "syntax-keystroke", "results": results}, indent=2) + "\n")
         return 0
-    header = f"{'language':<11} {'lines':>6} {'keys':>5} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'Enter p50':>9} {'Enter max':>9} {'reparse p50':>11} {'reparse p99':>11} {'rest p99':>8}"
+    header = f"{'language':<11} {'lines':>6} {'keys':>5} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'Enter p50':>9} {'Enter max':>9} {'reparse p50':>11} {'reparse p99':>11} {'rest p99':>8} {'over budget':>11} {'catch-up p50':>12} {'catch-up p99':>12}"
     mode = "auto-closed brackets" if autoclose else "unpaired brackets"
+    mode += f", parse budget {budget_ms:g} ms" if budget_ms else ", unbounded reparse"
     sys.stdout.write(f"keystroke = incremental reparse + plan + context + post-process ({mode})\n" + header + "\n")
     for r in results:
         sys.stdout.write(
             f"{r['language']:<11} {r['lines']:>6} {r['keystrokes']:>5} {r['p50_ms']:>7.2f} {r['p99_ms']:>7.2f} "
             f"{r['max_ms']:>7.2f} {r['new_line_p50_ms']:>9.2f} {r['new_line_max_ms']:>9.2f} "
-            f"{r['reparse_p50_ms']:>11.2f} {r['reparse_p99_ms']:>11.2f} {r['rest_p99_ms']:>8.2f}\n"
+            f"{r['reparse_p50_ms']:>11.2f} {r['reparse_p99_ms']:>11.2f} {r['rest_p99_ms']:>8.2f} "
+            f"{r['over_budget_keystrokes']:>11} {r['catchup_p50_ms']:>12.2f} {r['catchup_p99_ms']:>12.2f}\n"
         )
     return 0
 

@@ -2,7 +2,10 @@
 
 Inline completion: snapshot the document at the request, answer from the cache
 or (through the scheduler) plan + denoise + finish with the engine's pipeline,
-then map each candidate to a `Suggestion` (text + the span it replaces).
+then map each candidate to a `Suggestion` (text + the span it replaces). Planning,
+context and finishing run on the documents' syntax worker, never on the event loop;
+finishing validates against a snapshot of the syntax taken when the request was
+planned (trees copied in O(1)), so a document that moved on meanwhile costs nothing.
 When the editor's completion popup has an item selected, the infill is computed
 for the text *as if that item were accepted*, and each suggestion starts with
 the item's text and replaces the item's range: that is what editors require
@@ -15,13 +18,14 @@ Knows the engine's pipeline and types; knows nothing of LSP or positions.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import Draft
 from dgemma_lsp.engine.client import EngineClient, EngineUnavailableError
-from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import (
     finish_candidates,
     finish_draft,
@@ -86,6 +90,8 @@ class Completer:
         self.engine = engine
         self.scheduler = scheduler
         self.cache = cache
+        self.encoded_tokens: deque[int] = deque(maxlen=10_000)
+        """Prompt tokens the engine encoded per request, after its prompt cache (for benchmarks)."""
 
     async def complete(
         self,
@@ -103,8 +109,8 @@ class Completer:
         Everything the answer depends on is read before the first await: the
         document may change while this request waits or denoises.
         """
-        uri, text, revision = document.uri, document.text, document.syntax.revision
-        language = document.syntax.language
+        uri, text, revision = document.uri, document.text, document.revision
+        language = document.language_id
         if selected is None:
             target = _Target(text, offset, "", offset, offset)
         else:
@@ -112,24 +118,36 @@ class Completer:
             target = _Target(
                 virtual, selected.start + len(selected.text), selected.text, selected.start, selected.end
             )
+        # A virtual text has no change history: the cache compares it by hashes alone.
+        history = document.unchanged_since if selected is None else None
 
         def lookup() -> list[Suggestion] | None:
-            hit = self.cache.lookup(uri, target.text, target.offset, wanted)
+            hit = self.cache.lookup(uri, target.text, target.offset, wanted, unchanged_since=history)
             return None if hit is None else [_suggestion(target, c.text, c.replace_chars) for c in hit]
 
-        async def work() -> list[Suggestion]:
-            if selected is None and document.syntax.revision == revision:
-                syntax = document.syntax
-            else:  # the document moved on while we waited, or a virtual text: parse our own
-                syntax = SyntaxDocument(target.text, language)
+        def prepare(syntax: SyntaxDocument | None):
+            if syntax is None:  # the document moved on while we waited: parse the text we were asked about
+                base = SyntaxDocument(target.text, language, parse_budget_s=KEYSTROKE_PARSE_BUDGET_S)
+            elif selected is not None:  # as if the popup's item were accepted, in a private copy
+                base = syntax.snapshot()
+                base.apply_change(selected.start, selected.end, selected.text)
+            else:
+                base = syntax
             prepared = prepare_infill(
-                syntax,
+                base,
                 target.offset,
                 settings.generation(wanted),
                 budget_tokens=settings.context_tokens,
                 cache_key=uri,
                 priority=priority,
             )
+            return prepared, base.snapshot() if base is syntax else base
+
+        async def work() -> list[Suggestion]:
+            if document.revision == revision:
+                prepared, frozen = await document.in_worker(prepare)
+            else:
+                prepared, frozen = await document.worker.run(lambda: prepare(None))
 
             def draft(step: Draft) -> None:
                 if on_draft is not None:
@@ -145,10 +163,10 @@ class Completer:
             except errors.EngineError as error:
                 log.warning("completion failed: %s", error)
                 return []
-            if syntax is document.syntax and document.syntax.revision != revision:
-                syntax = SyntaxDocument(target.text, language)  # ranking parses with the text we asked about
-            candidates = finish_candidates(prepared, syntax, result)
-            self.cache.store(uri, target.text, target.offset, wanted, candidates)
+            self.encoded_tokens.append(result.prompt_tokens - result.cached_prompt_tokens)
+            candidates = await document.worker.run(lambda: finish_candidates(prepared, frozen, result))
+            self.cache.store(uri, target.text, target.offset, wanted, candidates,
+                             revision=revision if selected is None else None)
             return [_suggestion(target, c.text, c.replace_chars) for c in candidates[:wanted]]
 
         return await self.scheduler.run(uri, lookup, work, settings.debounce_ms / 1000)
@@ -157,14 +175,16 @@ class Completer:
         self, document: OpenDocument, start: int, end: int, settings: ServerSettings
     ) -> str | None:
         """The replacement for [start, end), or None when the engine is unavailable."""
-        prepared = prepare_rewrite(
-            document.syntax,
-            start,
-            end,
-            settings.rewrite_strength,
-            settings.generation(1),
-            budget_tokens=settings.context_tokens,
-            priority=PRIORITY_WAITING,
+        prepared = await document.in_worker(
+            lambda syntax: prepare_rewrite(
+                syntax,
+                start,
+                end,
+                settings.rewrite_strength,
+                settings.generation(1),
+                budget_tokens=settings.context_tokens,
+                priority=PRIORITY_WAITING,
+            )
         )
         try:
             result = await self.engine.denoise(prepared, lambda draft: None)

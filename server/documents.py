@@ -1,22 +1,47 @@
-"""Open documents: text, version and syntax tree per URI, edited in place.
+"""Open documents: text, version and syntax tree per URI; syntax work on one worker thread.
 
-Each open document is an engine `SyntaxDocument` (text + tree-sitter tree,
-edited incrementally with `apply_change`) plus a `LineIndex` for converting
-the client's positions. Changes arrive as LSP ranges in the negotiated
-encoding; this module turns them into str offsets (through positions.py) and
-nothing else. Knows no pygls types beyond plain values, and no model.
+The event loop only routes: a change is turned into str offsets and applied to the
+document's `LineIndex` (which holds the text and is updated incrementally, never
+rebuilt), then queued for the syntax worker. The worker owns every `SyntaxDocument`
+(text + tree-sitter tree): it applies the queued changes in one go (a burst of
+keystrokes costs one reparse: `SyntaxDocument.edit` per change, one `reparse`), and
+runs the jobs the completions ask for (plan, context, finishing) after the changes
+their request saw, never later ones. When a bounded reparse left a document `stale`,
+the worker catches up in its free time and stops as soon as anything else waits.
+
+One thread for all documents: tree-sitter holds the GIL while it parses, so more
+threads would not parse in parallel, and one owner per tree needs no locks on it.
+(concurrent.futures' executor cannot tell a job that something else is waiting,
+which `catch_up` needs: hence the small queue of our own.)
+Changes arrive as LSP ranges in the negotiated encoding; this module turns them into
+str offsets (through positions.py). Knows no pygls types, and no model.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import queue
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
 
 from .positions import Encoding, LineIndex, PositionError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+_HISTORY = 256
+"""How many recent changes `OpenDocument.unchanged_since` can look back over."""
+GIL_SWITCH_S = 0.001
+"""The interpreter's switch interval once the worker runs (default 5 ms): how long the event
+loop may wait for the GIL while the worker parses (tree-sitter's progress callback is where
+the worker gives it up). A process-wide setting, set here because this thread is why."""
 
 
 class UnknownDocumentError(KeyError):
@@ -26,22 +51,94 @@ class UnknownDocumentError(KeyError):
         return f"document {self.args[0]} is not open (send textDocument/didOpen first)"
 
 
+class SyntaxWorker:
+    """One thread that runs every syntax job, in the order they were submitted."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a job is waiting (a long job should stop and let it run)."""
+        return not self._jobs.empty()
+
+    def run(self, job: Callable[[], T]) -> asyncio.Future[T]:
+        """Run `job` on the worker; the future resolves on the calling event loop."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._put((job, future, loop))
+        return future
+
+    def post(self, job: Callable[[], None]) -> None:
+        """Run `job` on the worker, nobody waiting for it (its errors are logged)."""
+        self._put((job, None, None))
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._jobs.put(None)
+            self._thread = None
+
+    def _put(self, item) -> None:
+        if self._thread is None:
+            sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
+            self._thread = threading.Thread(target=self._serve, name="dgemma-syntax", daemon=True)
+            self._thread.start()
+        self._jobs.put(item)
+
+    def _serve(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job, future, loop = item
+            try:
+                result = job()
+            except BaseException as error:  # handed to the waiting request, or logged
+                if future is None:
+                    log.exception("syntax job failed")
+                else:
+                    loop.call_soon_threadsafe(_settle, future, None, error)
+            else:
+                if future is not None:
+                    loop.call_soon_threadsafe(_settle, future, result, None)
+
+
+def _settle(future: asyncio.Future, result, error: BaseException | None) -> None:
+    if future.done():
+        return  # the request was cancelled meanwhile
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
 @dataclass
 class OpenDocument:
-    """One open document as of its latest version."""
+    """One open document: its latest text on the event loop, its syntax on the worker."""
 
     uri: str
     language_id: str
     version: int
-    syntax: SyntaxDocument
-    lines: LineIndex = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.lines = LineIndex(self.syntax.text)
+    lines: LineIndex
+    """The text as of the latest change, and its line starts (event loop side). Replaced, not
+    mutated, by a change: a request may keep the one it started with."""
+    worker: SyntaxWorker
+    revision: int = 0
+    """Bumped by every change on the event loop."""
+    _syntax: SyntaxDocument | None = None
+    _applied: int = 0
+    """The revision `_syntax` is at (worker side)."""
+    _pending: deque = field(default_factory=deque)
+    """(revision, start, end, new text) not yet applied to `_syntax`; start None: the whole text."""
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _open_sync: list | None = None
+    """[target revision, started] of the latest sync job while changes may still join it: until
+    it starts, or until a job that must not see later changes is queued behind it."""
+    _catch_up_posted: bool = False
+    _changes: deque = field(default_factory=lambda: deque(maxlen=_HISTORY))
+    _history_floor: int = 0
 
     @property
     def text(self) -> str:
-        return self.syntax.text
+        return self.lines.text
 
     def offset(self, line: int, character: int, encoding: Encoding) -> int:
         """The str offset of an LSP position; raises PositionError outside the document."""
@@ -50,15 +147,116 @@ class OpenDocument:
     def position(self, offset: int, encoding: Encoding) -> tuple[int, int]:
         return self.lines.position(offset, encoding)
 
+    # -- event loop side ---------------------------------------------------------------
+
+    def change(self, start: int | None, end: int, new_text: str) -> None:
+        """Apply one change to the text now and queue it for the syntax tree."""
+        lines = self.lines.copy()
+        if start is None:
+            lines = LineIndex(new_text)
+            self._changes.clear()
+            self._history_floor = self.revision + 1
+        else:
+            lines.apply_change(start, end, new_text)
+        self.lines = lines
+        self.revision += 1
+        if start is not None:
+            self._changes.append((self.revision, start, len(self.lines.text) - start - len(new_text)))
+        self._queue(start, end, new_text)
+
+    def _queue(self, start: int | None, end: int, new_text: str) -> None:
+        with self._lock:
+            self._pending.append((self.revision, start, end, new_text))
+            cell = self._open_sync
+            if cell is not None and not cell[1]:
+                cell[0] = self.revision  # a queued sync takes this change too: one reparse for both
+                return
+            cell = self._open_sync = [self.revision, False]
+        self.worker.post(lambda: self._sync_job(cell))
+
+    def unchanged_since(self, revision: int) -> tuple[int, int] | None:
+        """(head, tail): chars at the start and at the end of the text that no change since
+        `revision` touched; None when that is further back than the remembered history."""
+        if revision < self._history_floor or (
+            len(self._changes) == _HISTORY and self._changes[0][0] > revision + 1
+        ):
+            return None
+        head = tail = len(self.lines.text)
+        for rev, start, tail_len in self._changes:
+            if rev > revision:
+                head, tail = min(head, start), min(tail, tail_len)
+        return head, tail
+
+    def in_worker(self, job: Callable[[SyntaxDocument], T]) -> asyncio.Future[T]:
+        """Run `job` on the worker, on this document's syntax as of now (not any later change)."""
+        revision = self.revision
+        with self._lock:
+            self._open_sync = None  # later changes queue a sync of their own, behind this job
+
+        def run() -> T:
+            syntax = self._sync(revision)
+            try:
+                return job(syntax)
+            finally:
+                self._post_catch_up()
+
+        return self.worker.run(run)
+
+    # -- worker side -------------------------------------------------------------------
+
+    def _sync(self, revision: int) -> SyntaxDocument:
+        """Apply the queued changes up to `revision` (not later ones); one reparse for all."""
+        with self._lock:
+            batch = []
+            while self._pending and self._pending[0][0] <= revision:
+                batch.append(self._pending.popleft())
+        assert self._applied <= revision, f"syntax at revision {self._applied}, a job wants {revision}"
+        if self._syntax is None:
+            self._syntax = SyntaxDocument("", self.language_id, parse_budget_s=KEYSTROKE_PARSE_BUDGET_S)
+        syntax = self._syntax
+        edited = False
+        for rev, start, end, new_text in batch:
+            if start is None:
+                syntax.set_text(new_text)
+                edited = False
+            else:
+                syntax.edit(start, end, new_text)
+                edited = True
+            self._applied = rev
+        if edited:
+            syntax.reparse()
+        return syntax
+
+    def _sync_job(self, cell: list) -> None:
+        with self._lock:
+            cell[1] = True
+            revision = cell[0]
+        self._sync(revision)
+        self._post_catch_up()
+
+    def _post_catch_up(self) -> None:
+        if self._syntax is not None and self._syntax.stale and not self._catch_up_posted:
+            self._catch_up_posted = True
+            self.worker.post(self._catch_up)
+
+    def _catch_up(self) -> None:
+        self._catch_up_posted = False
+        if self._syntax is None or self._pending:
+            return  # the sync job posted with those changes will try again
+        if not self._syntax.catch_up(lambda: self.worker.busy or bool(self._pending)):
+            self._post_catch_up()  # behind the job that interrupted it
+
 
 class DocumentStore:
-    """The open documents of one client session, by URI."""
+    """The open documents of one client session, by URI, and their syntax worker."""
 
     def __init__(self) -> None:
         self._documents: dict[str, OpenDocument] = {}
+        self.worker = SyntaxWorker()
 
     def open(self, uri: str, language_id: str, version: int, text: str) -> OpenDocument:
-        document = OpenDocument(uri, language_id, version, SyntaxDocument(text, language_id))
+        document = OpenDocument(uri, language_id, version, LineIndex(text), self.worker)
+        document._queue(None, 0, text)  # the first parse happens on the worker too
         self._documents[uri] = document
         return document
 
@@ -90,14 +288,13 @@ class DocumentStore:
         document = self.get(uri)
         for span, new_text in changes:
             if span is None:
-                document.syntax.set_text(new_text)
+                document.change(None, 0, new_text)
             else:
                 start_line, start_char, end_line, end_char = span
                 start = document.offset(start_line, start_char, encoding)
                 end = document.offset(end_line, end_char, encoding)
                 if end < start:
                     raise PositionError(f"range end {end_line}:{end_char} before its start")
-                document.syntax.apply_change(start, end, new_text)
-            document.lines = LineIndex(document.syntax.text)
+                document.change(start, end, new_text)
         document.version = version
         return document

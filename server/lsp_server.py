@@ -33,6 +33,7 @@ from dgemma_lsp.engine.client import EngineClient
 
 from .completions import PRIORITY_TYPING, PRIORITY_WAITING, Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
+from .loop_monitor import LoopMonitor
 from .positions import LineIndex, PositionError
 from .scheduler import CompletionCache, LatestWins, Superseded
 from .settings import SECTION, ServerSettings, decode_settings
@@ -43,6 +44,9 @@ log = logging.getLogger(__name__)
 REWRITE_COMMAND = "dgemma.rewriteSelection"
 STATUS_COMMAND = "dgemma.status"
 RELOAD_COMMAND = "dgemma.reloadModel"
+STATS_COMMAND = "dgemma.serverStats"
+"""For benchmarks: the longest event-loop stall and the prompt tokens encoded per request since
+the previous call (the first call starts the loop monitor)."""
 DRAFT_NOTIFICATION = "dgemma/draft"
 STATUS_NOTIFICATION = "dgemma/status"
 DID_SHOW = "dgemma/didShowCompletion"
@@ -141,6 +145,7 @@ class DGemmaServer(LanguageServer):
         self._closing: asyncio.Future | None = None
         self.shutdown_requested = False
         """Set by `shutdown`: the process exits 0 on `exit` only after it (LSP's rule)."""
+        self.loop_monitor = LoopMonitor()
 
     # -- translation helpers -------------------------------------------------------
 
@@ -421,6 +426,13 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls._load_error_shown = False  # a new failure is shown again
         status = await ls.engine.reload()
         return status_payload(status, ls.scheduler.in_flight)
+    @server.command(STATS_COMMAND)
+    def server_stats(ls: DGemmaServer, *args: Any):
+        started = ls.loop_monitor.running
+        ls.loop_monitor.start()
+        encoded = list(ls.completer.encoded_tokens)
+        ls.completer.encoded_tokens.clear()
+        return {"loopStallMs": ls.loop_monitor.take() if started else None, "encodedTokens": encoded}
 
     @server.feature(DID_SHOW)
     def did_show(ls: DGemmaServer, params: Any) -> None:
@@ -440,6 +452,8 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         # Synchronous on purpose: `exit` may follow at once, and must find the shutdown done.
         ls.shutdown_requested = True
         ls.scheduler.cancel_all()
+        ls.loop_monitor.stop()
+        ls.documents.worker.close()
         ls._closing = asyncio.ensure_future(ls.engine.close())
 
     return server

@@ -105,18 +105,35 @@ class LatestWins:
 
 @dataclass(frozen=True)
 class _Entry:
-    prefix: str
-    suffix: str
+    cursor: int
+    """Where the request's cursor was (a str offset)."""
+    suffix_len: int
+    """Chars from the cursor to the end of the text."""
+    prefix_hash: int
+    suffix_hash: int
+    """hash() of text[:cursor] and text[cursor:]: a lookup compares these, never a stored text."""
+    revision: int | None
+    """The document's revision at the request, when the text was the document's (not virtual)."""
     requested: int
     candidates: tuple[Candidate, ...]
 
 
+UnchangedSince = Callable[[int], "tuple[int, int] | None"]
+"""The document's change history: (head, tail) chars untouched since a revision, or None."""
+
+
 class CompletionCache:
-    """Finished completions by (key, prefix, suffix), least recently used dropped first.
+    """Finished completions by (key, cursor context), least recently used dropped first.
 
     A lookup also hits when the text between a cached cursor and the new one
     was typed by the user and is the start of a cached candidate ("typed
     ahead"): the answer is the rest of that candidate.
+
+    Entries hold offsets and hashes, not texts. With the document's change history,
+    a lookup proves the text before the cached cursor and after the new one unchanged
+    without reading them; otherwise (history too short, or an edit undone) it compares
+    hashes of the two slices, computed once per lookup and cursor. Python's str hash is
+    64 bits: a false match is out of practical reach.
     """
 
     def __init__(self, capacity: int = 128) -> None:
@@ -131,29 +148,67 @@ class CompletionCache:
             for k in [k for k in self._entries if k[0] == key]:
                 del self._entries[k]
 
-    def store(self, key: str, text: str, offset: int, requested: int, candidates: list[Candidate]) -> None:
+    def store(
+        self,
+        key: str,
+        text: str,
+        offset: int,
+        requested: int,
+        candidates: list[Candidate],
+        *,
+        revision: int | None = None,
+    ) -> None:
         if self.capacity <= 0:
             return
-        prefix, suffix = text[:offset], text[offset:]
+        prefix_hash, suffix_hash = hash(text[:offset]), hash(text[offset:])
+        suffix_len = len(text) - offset
         for k, entry in list(self._entries.items()):  # one entry per (key, cursor context)
-            if k[0] == key and entry.prefix == prefix and entry.suffix == suffix:
+            if (k[0] == key and entry.cursor == offset and entry.suffix_len == suffix_len
+                    and entry.prefix_hash == prefix_hash and entry.suffix_hash == suffix_hash):
                 del self._entries[k]
         self._serial += 1
-        self._entries[(key, self._serial)] = _Entry(prefix, suffix, requested, tuple(candidates))
+        self._entries[(key, self._serial)] = _Entry(
+            offset, suffix_len, prefix_hash, suffix_hash, revision, requested, tuple(candidates)
+        )
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
 
-    def lookup(self, key: str, text: str, offset: int, wanted: int) -> list[Candidate] | None:
-        """Candidates for the cursor at `offset` in `text`, or None on a miss."""
-        suffix = text[offset:]
+    def lookup(
+        self,
+        key: str,
+        text: str,
+        offset: int,
+        wanted: int,
+        *,
+        unchanged_since: UnchangedSince | None = None,
+    ) -> list[Candidate] | None:
+        """Candidates for the cursor at `offset` in `text`, or None on a miss.
+
+        `unchanged_since`, when given, is the history of the document `text` is the
+        current text of (see `OpenDocument.unchanged_since`).
+        """
+        suffix_len = len(text) - offset
+        suffix_hash: int | None = None
+        prefix_hashes: dict[int, int] = {}
         for k in reversed(self._entries):  # newest first
             if k[0] != key:
                 continue
             entry = self._entries[k]
-            if entry.requested < wanted or entry.suffix != suffix:
+            cursor = entry.cursor
+            if entry.requested < wanted or entry.suffix_len != suffix_len or cursor > offset:
                 continue
-            cursor = len(entry.prefix)
-            if cursor > offset or not text.startswith(entry.prefix):
+            intact = None
+            if unchanged_since is not None and entry.revision is not None:
+                untouched = unchanged_since(entry.revision)
+                if untouched is not None and untouched[0] >= cursor and untouched[1] >= suffix_len:
+                    intact = True  # no change since the entry reached before its cursor or after ours
+            if intact is None:
+                if suffix_hash is None:
+                    suffix_hash = hash(text[offset:])
+                if cursor not in prefix_hashes:
+                    prefix_hashes[cursor] = hash(text[:cursor])
+                intact = entry.suffix_hash == suffix_hash and entry.prefix_hash == prefix_hashes[cursor]
+            if not intact:
                 continue
             typed = text[cursor:offset]
             if not typed and not entry.candidates:

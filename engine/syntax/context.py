@@ -175,7 +175,7 @@ def _fit(language, text, window_start, offset, line_start, line_end, window_end,
 
 def _container_chains(doc: SyntaxDocument, offset: int, line_start: int) -> list[tree_sitter.Node]:
     """Blocks enclosing the cursor (and the end of the previous line), innermost first, deduplicated."""
-    tree = doc.tree
+    tree = doc.whole_tree  # the whole file even while a bounded reparse left only a region fresh
     if tree is None:
         return []
     block_types = BLOCK_TYPES.get(doc.language, frozenset())
@@ -280,7 +280,7 @@ def _choose_window_end(text: str, line_end: int, ends: list[int], share: int) ->
 def _build_preamble(doc: SyntaxDocument, chains: list[tree_sitter.Node], window_start: int,
                     window_end: int, share: int) -> str:
     """Imports, enclosing scope headers and sibling signatures that lie outside the window."""
-    if doc.tree is None or share <= 0:
+    if doc.whole_tree is None or share <= 0:
         return ""
     language = doc.language
     imports = IMPORT_TYPES.get(language, frozenset())

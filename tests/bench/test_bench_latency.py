@@ -10,6 +10,9 @@ def test_a_short_typing_session_yields_every_figure():
                    report.server_overhead_ms, report.cache_hit_ms):
         assert figure.p50 is not None and figure.p50 <= figure.p99
     assert report.cache_hits == 6  # the repeated request never reached the engine
+    stall = report.loop_stall_ms  # read from the server's own loop monitor
+    assert stall.p50 is not None and 0 <= stall.p50 <= stall.p99 <= stall.max
+    assert report.encoded_tokens.p50 is not None and report.encoded_tokens.p50 > 0  # at least the tail
 
 
 def test_the_typing_point_is_an_indented_statement():

@@ -71,3 +71,45 @@ def test_encoding_negotiation_takes_the_clients_first_supported_choice():
     assert choose_encoding(["utf-8", "utf-16"]) == "utf-8"
     assert choose_encoding(["latin-1", "utf-32"]) == "utf-32"
     assert choose_encoding(["latin-1"]) == "utf-16"
+
+
+# -- the incremental index -------------------------------------------------------------------
+
+edits = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 6), texts), min_size=1, max_size=12)
+
+
+@given(texts, edits, st.sampled_from(ENCODINGS), st.data())
+def test_an_index_kept_up_by_changes_equals_a_fresh_one(text, changes, encoding, data):
+    index = LineIndex(text)
+    for at, length, new_text in changes:
+        start = at % (len(text) + 1)
+        end = min(len(text), start + length)
+        text = text[:start] + new_text + text[end:]
+        index.apply_change(start, end, new_text)
+        # Lookups in between read the lazily shifted starts; they must agree too.
+        offset = data.draw(st.integers(0, len(text)))
+        if text[offset - 1:offset + 1] == "\r\n":
+            offset -= 1
+        assert index.position(offset, encoding) == oracle_position(text, offset, encoding)
+    fresh = LineIndex(text)
+    assert index.text == text
+    assert index.starts == fresh.starts
+    for line in range(fresh.line_count):
+        assert index.line_end(line) == fresh.line_end(line)
+        assert index.offset(line, 3, encoding) == fresh.offset(line, 3, encoding)
+
+
+def test_typing_on_one_line_shifts_the_lines_below():
+    index = LineIndex("a\nb\nc\n")
+    for i, ch in enumerate("xyz"):
+        index.apply_change(1 + i, 1 + i, ch)
+    assert index.text == "axyz\nb\nc\n"
+    assert index.position(len(index.text) - 1, "utf-16") == (2, 1)
+    assert index.offset(1, 0, "utf-16") == 5
+
+
+def test_a_change_outside_the_text_is_refused_and_changes_nothing():
+    index = LineIndex("ab\n")
+    with pytest.raises(PositionError):
+        index.apply_change(2, 9, "x")
+    assert index.text == "ab\n" and index.starts == [0, 3]

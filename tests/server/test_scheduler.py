@@ -112,3 +112,33 @@ def test_settings_decode_flat_or_sectioned_and_name_bad_keys():
     layered, bad = decode_settings({"seed": 3}, settings)
     assert (layered.seed, layered.steps, bad) == (3, 4, [])
     assert decode_settings("nonsense")[1] == ["<settings>"]
+
+
+def test_cache_keeps_offsets_and_hashes_not_the_text():
+    cache = CompletionCache()
+    text = "x = 1\n" * 50_000  # 300 KB
+    cache.store("doc", text, 6, 1, [candidate("y")], revision=1)
+    [entry] = cache._entries.values()
+    assert not any(isinstance(value, str) for value in vars(entry).values())
+    assert [c.text for c in cache.lookup("doc", text, 6, 1)] == ["y"]
+
+
+def test_cache_trusts_the_document_history_and_falls_back_to_hashes():
+    cache = CompletionCache()
+    text = "def f():\n    return \n"
+    cursor = text.index("return ") + len("return ")
+    cache.store("doc", text, cursor, 1, [candidate("x + 1")], revision=5)
+    typed = text[:cursor] + "x " + text[cursor:]
+
+    def history(head: int, tail: int):
+        return lambda revision: (head, tail) if revision == 5 else None
+
+    # The history says only the typed span changed: a hit without reading the text.
+    untouched_tail = len(text) - cursor
+    assert [c.text for c in cache.lookup("doc", typed, cursor + 2, 1,
+                                          unchanged_since=history(cursor, untouched_tail))] == ["+ 1"]
+    # The history says the start of the line changed (an edit since undone): hashes decide.
+    assert [c.text for c in cache.lookup("doc", typed, cursor + 2, 1,
+                                          unchanged_since=history(0, untouched_tail))] == ["+ 1"]
+    changed = "D" + typed[1:]
+    assert cache.lookup("doc", changed, cursor + 2, 1, unchanged_since=history(0, untouched_tail)) is None

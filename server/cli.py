@@ -25,6 +25,7 @@ SUBCOMMANDS = {
     "fetch-model": ("dgemma_lsp.server.oneshot", "fetch_model", "download the model into the HF cache"),
     "engine": ("dgemma_lsp.server.daemon_cli", None, "start|stop|status the resident engine daemon"),
     "bench": ("dgemma_lsp.bench.cli", None, "benchmarks: latency | gpu | humaneval | syntax"),
+    "train": ("dgemma_lsp.engine.training.train", None, "train a small DiffusionGemma on local code"),
 }
 
 

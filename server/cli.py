@@ -27,6 +27,7 @@ SUBCOMMANDS = {
     "engine": ("dgemma_lsp.server.daemon_cli", None, "start|stop|status the resident engine daemon"),
     "bench": ("dgemma_lsp.bench.cli", None, "benchmarks: latency | gpu | humaneval | syntax"),
     "stats": ("dgemma_lsp.server.stats", None, "accepted share and latency of inline completions (local only)"),
+    "train": ("dgemma_lsp.engine.training.train", None, "train a small DiffusionGemma on local code"),
 }
 
 

@@ -1,0 +1,210 @@
+"""Training examples shaped like the product's real requests: a hole cut out of real code, the prompt
+the server would build for it, and the canvas the model should write.
+
+A hole is chosen the way the syntax planner's kinds describe them (engine/syntax/planning.py):
+- line: the rest of a line after a token boundary;
+- expression: the text between a bracket's opener side and its closer on the same line;
+- statement: a whole statement among siblings (its line keeps its indentation);
+- block: every statement of a body (the header and, for braces, the `{ }` stay).
+The hole is removed, and the product's own pipeline builds the prompt: `prepare_infill`
+(planner + context window) and `PromptBuilder` (chat template, instruction, <CURSOR>).
+The target canvas is the removed text's tokens, the chat template's end-of-turn token,
+then pad: exactly what a finished answer looks like in `generate`'s canvas.
+
+Deterministic: example `i` of a run depends only on (seed, i). Knows tree-sitter, the
+tokenizer and the prompt layout; knows nothing of torch.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from ..api import GenerationSettings
+from ..runtime.prompting import PromptBuilder
+from ..syntax.brackets import CLOSERS, OPENERS, code_chars
+from ..syntax.document import SyntaxDocument
+from ..syntax.infill import prepare_infill
+from ..syntax.languages import BLOCK_TYPES
+from .corpus import CodeFile
+
+KINDS = ("line", "expression", "statement", "block")
+KIND_WEIGHTS = (0.4, 0.2, 0.25, 0.15)
+"""Line holes dominate typing; the others follow how often an editor asks for them."""
+
+
+@dataclass(frozen=True)
+class Hole:
+    kind: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training example: token ids of the prompt and of the clean canvas."""
+
+    kind: str
+    prompt_ids: list[int]
+    canvas_ids: list[int]
+    """Exactly canvas_length ids: the middle, the end-of-turn id, then pad."""
+    middle: str
+
+
+class ExampleMaker:
+    """Turns code files into Examples for one tokenizer and canvas length."""
+
+    def __init__(self, tokenizer, canvas_length: int, *, max_prompt_tokens: int, context_tokens=(64, 512)):
+        self.tokenizer = tokenizer
+        self.builder = PromptBuilder(tokenizer)
+        self.canvas_length = canvas_length
+        self.max_prompt_tokens = max_prompt_tokens
+        self.context_tokens = context_tokens
+        self.end_id = end_of_turn_id(tokenizer)
+        self.pad_id = tokenizer.pad_token_id
+
+    def make(self, file: CodeFile, rng: random.Random, tries: int = 8) -> Example | None:
+        """One example from `file`, or None when no hole that fits the canvas was found in `tries`."""
+        doc = SyntaxDocument(file.text, file.language)
+        for _ in range(tries):
+            kind = rng.choices(KINDS, KIND_WEIGHTS)[0]
+            hole = choose_hole(doc, kind, rng)
+            if hole is None:
+                continue
+            example = self._example(doc, hole, rng)
+            if example is not None:
+                return example
+        return None
+
+    def _example(self, doc: SyntaxDocument, hole: Hole, rng: random.Random) -> Example | None:
+        middle = doc.text[hole.start:hole.end]
+        middle_ids = self.tokenizer(middle, add_special_tokens=False)["input_ids"]
+        if not middle.strip() or len(middle_ids) > self.canvas_length - 1:
+            return None
+        around = SyntaxDocument(doc.text[:hole.start] + doc.text[hole.end:], doc.language)
+        budget = rng.randint(*self.context_tokens)
+        prepared = prepare_infill(around, hole.start, GenerationSettings(), budget_tokens=budget)
+        prompt_ids = self.builder.build(prepared.context).all
+        if len(prompt_ids) > self.max_prompt_tokens:
+            return None
+        canvas = middle_ids + [self.end_id]
+        canvas += [self.pad_id] * (self.canvas_length - len(canvas))
+        return Example(kind=hole.kind, prompt_ids=prompt_ids, canvas_ids=canvas, middle=middle)
+
+
+def end_of_turn_id(tokenizer) -> int:
+    """The token the chat template closes a turn with (`<turn|>` for Gemma), read off the template."""
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "x"}, {"role": "assistant", "content": "\x00"}], tokenize=False
+    )
+    after_answer = rendered.split("\x00", 1)[1]
+    ids = tokenizer(after_answer, add_special_tokens=False)["input_ids"]
+    assert ids, "the chat template writes nothing after an answer: no end-of-turn token"
+    return ids[0]
+
+
+def choose_hole(doc: SyntaxDocument, kind: str, rng: random.Random) -> Hole | None:
+    """A random hole of `kind` in `doc`, or None when this document has none (or the pick missed)."""
+    if kind == "line":
+        return _line_hole(doc.text, rng)
+    if kind == "expression":
+        return _expression_hole(doc.text, rng)
+    if doc.tree is None:
+        return None
+    blocks = _block_nodes(doc)
+    if not blocks:
+        return None
+    node = rng.choice(blocks)
+    children = [c for c in node.named_children if c.type != "comment"]
+    if not children:
+        return None
+    if kind == "statement":
+        siblings = [c for c in children[:-1] if _starts_line(doc, c)]
+        if not siblings:
+            return None
+        child = rng.choice(siblings)
+        return Hole("statement", *_span(doc, child, child))
+    if node.parent is None or not _starts_line(doc, children[0]):
+        return None
+    return Hole("block", *_span(doc, children[0], children[-1]))
+
+
+def _block_nodes(doc: SyntaxDocument) -> list:
+    """Every node whose named children are statements, the root excepted."""
+    types = BLOCK_TYPES.get(doc.language, frozenset())
+    found, stack = [], [doc.tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.type in types and node.parent is not None:
+            found.append(node)
+        stack.extend(node.named_children)
+    if not found:  # a file of top-level statements only: the root's children are statements too
+        found.append(doc.tree.root_node)
+    return found
+
+
+def _starts_line(doc: SyntaxDocument, node) -> bool:
+    start, _ = doc.node_span(node)
+    line_start = doc.text.rfind("\n", 0, start) + 1
+    return not doc.text[line_start:start].strip()
+
+
+def _span(doc: SyntaxDocument, first, last) -> tuple[int, int]:
+    start, _ = doc.node_span(first)
+    _, end = doc.node_span(last)
+    line_end = doc.text.find("\n", end)
+    # Up to the end of the last line (a trailing `;` or comment goes too), never the newline.
+    return start, (len(doc.text) if line_end < 0 else line_end) if not doc.text[end:line_end].strip() else end
+
+
+def _lines(text: str) -> list[tuple[int, str]]:
+    lines, offset = [], 0
+    for line in text.split("\n"):
+        lines.append((offset, line))
+        offset += len(line) + 1
+    return lines
+
+
+def _code_lines(text: str) -> list[tuple[int, str]]:
+    return [(o, s) for o, s in _lines(text) if len(s.strip()) >= 2 and not s.lstrip().startswith(("#", "//", "--"))]
+
+
+def _boundaries(line: str, start: int, end: int) -> list[int]:
+    """Columns in [start, end) where a token ends or begins: where the cursor usually stands."""
+    return [i for i in range(start, end)
+            if not (line[i - 1].isalnum() or line[i - 1] == "_") or not (line[i].isalnum() or line[i] == "_")]
+
+
+def _line_hole(text: str, rng: random.Random) -> Hole | None:
+    lines = _code_lines(text)
+    if not lines:
+        return None
+    offset, line = rng.choice(lines)
+    indent = len(line) - len(line.lstrip())
+    code_end = len(line.rstrip())
+    columns = _boundaries(line, indent + 1, code_end)
+    if not columns:
+        return None
+    column = rng.choice(columns)
+    return Hole("line", offset + column, offset + len(line))
+
+
+def _expression_hole(text: str, rng: random.Random) -> Hole | None:
+    lines = _code_lines(text)
+    rng.shuffle(lines)
+    for offset, line in lines[:16]:
+        pairs, stack = [], []
+        for i, c in code_chars(line):
+            if c in OPENERS:
+                stack.append(i)
+            elif c in CLOSERS and stack:
+                opener = stack.pop()
+                if i > opener + 1:
+                    pairs.append((opener, i))
+        if pairs:
+            opener, closer = rng.choice(pairs)
+            columns = [opener + 1] + _boundaries(line, opener + 2, closer)
+            column = rng.choice(columns)
+            if line[column:closer].strip():
+                return Hole("expression", offset + column, offset + closer)
+    return None

@@ -1,0 +1,114 @@
+"""The training objective of DiffusionGemma, on transformers' own `DiffusionGemmaForBlockDiffusion`.
+
+Per batch (shared/REFERENCE.md, "Training objective"):
+- the encoder reads the clean prompt causally and fills the KV cache the decoder reads;
+- each example draws a corruption level t ~ U(eps, 1); every canvas position is independently
+  replaced by a uniformly random vocabulary token with probability t (uniform-state noise:
+  there is no [MASK] token);
+- the decoder (bidirectional over the canvas, attending to the cached prompt) predicts the
+  clean token at every canvas position: cross-entropy over all of them, corrupted or not;
+- with probability `self_conditioning` per example, a first decoder pass's logits (no
+  gradient) are fed back as self-conditioning for the pass that is trained;
+- plus `encoder_loss_weight` × the encoder's causal next-token loss.
+
+One deviation, for speed on small machines: the encoder's next-token loss covers the prompt
+(the code around the hole), not prompt + answer. So one encoder pass both trains the encoder
+and fills the decoder's cache, and no mask has to hide the answer from the decoder; the
+answer's tokens are learned by the decoder's loss. Knows torch and the model; knows nothing
+of files or prompts' meaning.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import DynamicCache
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Left-padded prompts and clean canvases, as tensors."""
+
+    prompt_ids: torch.Tensor  # [B, P] left-padded with pad
+    prompt_mask: torch.Tensor  # [B, P] 1 for real tokens
+    canvas_ids: torch.Tensor  # [B, C] clean canvas (answer, end-of-turn, pad)
+
+
+@dataclass(frozen=True)
+class LossParts:
+    total: torch.Tensor
+    diffusion: float
+    encoder: float
+    canvas_accuracy: float
+    """Share of canvas positions whose argmax is the clean token."""
+
+
+def collate(prompts: list[list[int]], canvases: list[list[int]], pad_id: int) -> Batch:
+    """Left-pad prompts so every row's last prompt token sits at the same place (sliding windows keep the recent end)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt):] = 1
+    return Batch(ids, mask, torch.tensor(canvases, dtype=torch.long))
+
+
+def softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """The LM head with the model's final logit softcap, as its forward applies it."""
+    logits = model.lm_head(hidden).float()
+    cap = model.final_logit_softcapping
+    return torch.tanh(logits / cap) * cap if cap else logits
+
+
+def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_conditioning: float = 0.5,
+                   encoder_loss_weight: float = 1.0, eps: float = 1e-3) -> LossParts:
+    """The loss of one batch; call `.total.backward()` on the result."""
+    device = batch.prompt_ids.device
+    vocab = model.config.text_config.vocab_size
+    rows, canvas_length = batch.canvas_ids.shape
+
+    # Encoder: the clean prompt, causal; positions count real tokens only (left padding).
+    positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+    encoder = model.model.encoder(
+        input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions,
+        past_key_values=DynamicCache(config=model.config.text_config), use_cache=True,
+    )
+    cache = encoder.past_key_values
+
+    # Corrupt: level t per row, each position replaced by a uniform token with probability t.
+    t = eps + (1 - eps) * torch.rand(rows, 1, generator=generator, device=device)  # [B, 1]
+    corrupt = torch.rand(rows, canvas_length, generator=generator, device=device) < t  # [B, C]
+    noise = torch.randint(0, vocab, (rows, canvas_length), generator=generator, device=device)
+    canvas = torch.where(corrupt, noise, batch.canvas_ids)  # [B, C]
+
+    lengths = batch.prompt_mask.sum(-1, keepdim=True)  # [B, 1]
+    decoder_kwargs = dict(
+        past_key_values=cache,
+        decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(canvas)], dim=-1),
+        decoder_position_ids=lengths + torch.arange(canvas_length, device=device),  # [B, C]
+    )
+    conditioned = torch.rand(rows, generator=generator, device=device) < self_conditioning  # [B]
+    previous = None
+    if bool(conditioned.any()):
+        with torch.no_grad():
+            first = model.model.decoder(decoder_input_ids=canvas, **decoder_kwargs)
+            previous = softcapped_logits(model, first.last_hidden_state)  # [B, C, V]
+    decoded = model.model.decoder(
+        decoder_input_ids=canvas, self_conditioning_logits=previous,
+        self_conditioning_mask=conditioned if previous is not None else None, **decoder_kwargs,
+    )
+    logits = softcapped_logits(model, decoded.last_hidden_state)  # [B, C, V]
+    diffusion = F.cross_entropy(logits.reshape(-1, vocab), batch.canvas_ids.reshape(-1))
+
+    # Encoder: next-token loss on the prompt's real tokens.
+    encoder_logits = softcapped_logits(model, encoder.last_hidden_state[:, :-1])  # [B, P-1, V]
+    targets = batch.prompt_ids[:, 1:].masked_fill(batch.prompt_mask[:, 1:] == 0, -100)
+    targets = targets.masked_fill(batch.prompt_mask[:, :-1] == 0, -100)
+    encoder_loss = F.cross_entropy(encoder_logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-100)
+
+    total = diffusion + encoder_loss_weight * encoder_loss
+    accuracy = (logits.argmax(-1) == batch.canvas_ids).float().mean().item()
+    return LossParts(total=total, diffusion=diffusion.item(), encoder=encoder_loss.item(), canvas_accuracy=accuracy)

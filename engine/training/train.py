@@ -1,0 +1,285 @@
+"""`dgemma-lsp train RUN_DIR [--config FILE]`: train a small DiffusionGemma that writes code.
+
+One run folder holds everything: `corpus.json` (the manifest: every source, its licence and
+token count, and what was left out), `tokenizer/` (a byte-level BPE trained on the same
+corpus), `checkpoint.pt` (model, optimizer, step, RNG: a run resumes where it stopped), and
+at the end `model/` — a `save_pretrained` folder loadable like any checkpoint (`--model
+RUN_DIR/model`), with the manifest and the training record beside the weights.
+
+The model is transformers' own DiffusionGemmaForBlockDiffusion from a config (the recipe's
+`model` section); examples come from examples.py, the loss from objective.py. Deterministic
+by seed: the corpus sample, the tokenizer, the initial weights and example i of the stream.
+Knows torch, transformers and tokenizers; knows nothing of LSP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import random
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<|turn>", "<turn|>"]
+"""Pinned ids: pad 0, eos 1, bos 2, as in the real checkpoint; the turn markers of Gemma's chat template."""
+DEFAULT_CONFIG = "tiny-code.json"
+
+
+def load_recipe(path: str | None) -> dict:
+    if path is None:
+        text = resources.files("dgemma_lsp.engine.training").joinpath(f"configs/{DEFAULT_CONFIG}").read_text()
+    else:
+        text = Path(path).read_text()
+    return json.loads(text)
+
+
+def train_tokenizer(texts: list[str], vocab_size: int, chat_template: str):
+    """A byte-level BPE over the corpus, special ids pinned, wrapped for transformers."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    for token_id, token in enumerate(SPECIAL_TOKENS):
+        assert tokenizer.token_to_id(token) == token_id, f"special token {token} must have id {token_id}"
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", eos_token="<eos>",
+                                   bos_token="<bos>", unk_token="<unk>", chat_template=chat_template)
+
+
+def build_model(recipe: dict, tokenizer, seed: int):
+    """The recipe's DiffusionGemma, seeded, with generation defaults that end a turn like the real checkpoint."""
+    import torch
+    from transformers import DiffusionGemmaConfig, DiffusionGemmaForBlockDiffusion, DiffusionGemmaTextConfig
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import (
+        DiffusionGemmaGenerationConfig,
+        EntropyBoundSamplerConfig,
+    )
+
+    from ..runtime.tiny_model import VISION_CONFIG
+    from .examples import end_of_turn_id
+
+    shape = recipe["model"]
+    vocab = len(tokenizer) + shape.get("spareIds", 64)  # image/boi/eoi ids live above the tokenizer's
+    from transformers import Gemma4VisionConfig
+
+    text_config = DiffusionGemmaTextConfig(
+        vocab_size=vocab, hidden_size=shape["hidden"], intermediate_size=shape["intermediate"],
+        num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kvHeads"], head_dim=shape["headDim"], global_head_dim=shape["headDim"],
+        sliding_window=shape["slidingWindow"],
+        layer_types=["sliding_attention"] * (shape["layers"] - 1) + ["full_attention"],
+        num_experts=shape["experts"], top_k_experts=shape["topK"], moe_intermediate_size=shape["moeIntermediate"],
+        pad_token_id=0, eos_token_id=1, bos_token_id=2,
+    )
+    config = DiffusionGemmaConfig(
+        text_config=text_config.to_dict(), vision_config=Gemma4VisionConfig(**VISION_CONFIG),
+        canvas_length=shape["canvas"], image_token_id=vocab - 1, boi_token_id=vocab - 2, eoi_token_id=vocab - 3,
+    )
+    torch.manual_seed(seed)
+    model = DiffusionGemmaForBlockDiffusion(config)
+    generation = recipe.get("generation", {})
+    model.generation_config = DiffusionGemmaGenerationConfig(
+        sampler_config=EntropyBoundSamplerConfig(entropy_bound=generation.get("entropyBound", 0.1)),
+        max_denoising_steps=generation.get("steps", 16), t_min=0.4, t_max=0.8, stability_threshold=1,
+        confidence_threshold=0.005, eos_token_id=[1, end_of_turn_id(tokenizer)], pad_token_id=0, bos_token_id=2,
+    )
+    return model
+
+
+class ExampleStream:
+    """Example i of the run, for any i: a file picked and a hole cut by an RNG seeded with (seed, i)."""
+
+    def __init__(self, files, maker, seed: int) -> None:
+        self.files, self.maker, self.seed = files, maker, seed
+
+    def example(self, index: int):
+        rng = random.Random(self.seed * 1_000_003 + index)
+        for _ in range(16):
+            found = self.maker.make(self.files[rng.randrange(len(self.files))], rng)
+            if found is not None:
+                return found
+        raise RuntimeError("no example in 16 files: the corpus has no holes that fit the canvas")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from .corpus import collect
+    from .examples import ExampleMaker
+    from .objective import collate, diffusion_loss
+
+    recipe = load_recipe(args.config)
+    seed = recipe["seed"]
+    run_dir = Path(args.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
+    data, schedule = recipe["data"], recipe["train"]
+
+    files, manifest = collect(data["corpusBytes"], seed, languages=tuple(data["languages"]))
+    tokenizer_dir = run_dir / "tokenizer"
+    if (tokenizer_dir / "tokenizer.json").exists():
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    else:
+        from ..runtime.tiny_model import CHAT_TEMPLATE
+
+        tokenizer = train_tokenizer([f.text for f in files], data["tokenizerVocab"], CHAT_TEMPLATE)
+        tokenizer.save_pretrained(tokenizer_dir)
+    _write_manifest(run_dir / "corpus.json", manifest, files, tokenizer)
+
+    model = build_model(recipe, tokenizer, seed)
+    params = sum(p.numel() for p in model.parameters())
+    maker = ExampleMaker(tokenizer, recipe["model"]["canvas"], max_prompt_tokens=data["maxPromptTokens"],
+                         context_tokens=tuple(data["contextTokens"]))
+    stream = ExampleStream(files, maker, seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=schedule["lr"], betas=(0.9, 0.95),
+                                  weight_decay=schedule["weightDecay"])
+    step, tokens_seen = 0, 0
+    checkpoint = run_dir / "checkpoint.pt"
+    generator = torch.Generator().manual_seed(seed)
+    if checkpoint.exists():
+        state = torch.load(checkpoint, weights_only=False)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        generator.set_state(state["generator"])
+        step, tokens_seen = state["step"], state["tokens"]
+        log.info("resumed %s at step %d", run_dir, step)
+    total_steps = args.steps or schedule["steps"]
+    batch_size = schedule["batch"]
+    log.info("model: %.2fM parameters; %d files, %.1f MB of code; %d steps of %d examples",
+             params / 1e6, len(files), manifest["bytes"] / 1e6, total_steps, batch_size)
+    model.train()
+    started, window = time.perf_counter(), []
+    progress = _progress(total_steps, step, args.quiet)
+    stop = _StopRequest()
+    while step < total_steps:
+        if stop.requested:  # Ctrl-C or SIGTERM: keep what was learned, resume later
+            _save_checkpoint(checkpoint, model, optimizer, generator, step, tokens_seen)
+            progress.close()
+            log.info("stopped at step %d; checkpoint saved, run the same command to resume", step)
+            return 130
+        examples = [stream.example(step * batch_size + k) for k in range(batch_size)]
+        batch = collate([e.prompt_ids for e in examples], [e.canvas_ids for e in examples], tokenizer.pad_token_id)
+        for group in optimizer.param_groups:
+            group["lr"] = _learning_rate(schedule, step, total_steps)
+        parts = diffusion_loss(model, batch, generator, self_conditioning=schedule["selfConditioning"],
+                               encoder_loss_weight=schedule["encoderLossWeight"], eps=schedule["eps"])
+        optimizer.zero_grad(set_to_none=True)
+        parts.total.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), schedule["clipNorm"])
+        optimizer.step()
+        step += 1
+        tokens_seen += int(batch.prompt_mask.sum()) + batch.canvas_ids.numel()
+        window = (window + [(parts.diffusion, parts.encoder, parts.canvas_accuracy)])[-50:]  # floats: no graph kept
+        rate = tokens_seen / max(time.perf_counter() - started, 1e-9)
+        progress.update(step, parts, rate)
+        if step % schedule["checkpointEvery"] == 0 or step == total_steps:
+            _save_checkpoint(checkpoint, model, optimizer, generator, step, tokens_seen)
+    progress.close()
+    record = {
+        "recipe": recipe, "steps": step, "tokens": tokens_seen, "parameters": params,
+        "finalLoss": {"diffusion": _mean(w[0] for w in window), "encoder": _mean(w[1] for w in window),
+                      "canvasAccuracy": _mean(w[2] for w in window)},
+    }
+    export(model, tokenizer, run_dir / "model", record, run_dir / "corpus.json")
+    log.info("done: %s", json.dumps(record["finalLoss"]))
+    return 0
+
+
+def export(model, tokenizer, folder: Path, record: dict, manifest: Path) -> None:
+    """A loadable checkpoint folder: bf16 safetensors (small enough to ship), tokenizer, manifest, record."""
+    import shutil
+
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model.to(torch.bfloat16).save_pretrained(folder)
+    model.to(torch.float32)
+    tokenizer.save_pretrained(folder)
+    shutil.copy(manifest, folder / "corpus.json")
+    (folder / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def _learning_rate(schedule: dict, step: int, total: int) -> float:
+    """Linear warm-up, then cosine down to a tenth."""
+    warmup = schedule["warmup"]
+    if step < warmup:
+        return schedule["lr"] * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total - warmup)
+    return schedule["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _save_checkpoint(path: Path, model, optimizer, generator, step: int, tokens: int) -> None:
+    import torch
+
+    staging = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "generator": generator.get_state(), "step": step, "tokens": tokens}, staging)
+    staging.replace(path)  # a run killed mid-save keeps the previous checkpoint
+
+
+def _write_manifest(path: Path, manifest: dict, files, tokenizer) -> None:
+    tokens: dict[str, int] = {}
+    for file in files:
+        tokens[file.source] = tokens.get(file.source, 0) + len(tokenizer(file.text, add_special_tokens=False)["input_ids"])
+    for source in manifest["sources"]:
+        source["tokens"] = tokens.get(source["name"], 0)
+    manifest["tokens"] = sum(tokens.values())
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+class _StopRequest:
+    """Turns SIGINT/SIGTERM into a flag the loop checks between steps, so a stop never tears a step."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.requested = False
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._request)
+
+    def _request(self, signum, frame) -> None:
+        self.requested = True
+
+
+class _progress:
+    """A progress bar on stderr with loss and tokens/s (tqdm), or nothing with --quiet."""
+
+    def __init__(self, total: int, start: int, quiet: bool) -> None:
+        from tqdm import tqdm
+
+        self.bar = None if quiet else tqdm(total=total, initial=start, file=sys.stderr, unit="step")
+
+    def update(self, step: int, parts, rate: float) -> None:
+        if self.bar is not None:
+            self.bar.n = step
+            self.bar.set_postfix(loss=f"{parts.diffusion:.3f}", enc=f"{parts.encoder:.3f}",
+                                 acc=f"{parts.canvas_accuracy:.2f}", tok_s=f"{rate:.0f}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run_dir", help="folder for the run: tokenizer, checkpoint, and model/ at the end")
+    parser.add_argument("--config", help=f"recipe JSON (default: the shipped {DEFAULT_CONFIG})")
+    parser.add_argument("--steps", type=int, help="stop after this many optimizer steps (default: the recipe's)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")

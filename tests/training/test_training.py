@@ -1,0 +1,174 @@
+"""The training pipeline on a micro recipe: licences, holes, the objective, resumable runs, a loadable result."""
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model, build_tiny_tokenizer
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.training.corpus import CodeFile, is_permissive
+from dgemma_lsp.engine.training.examples import KINDS, ExampleMaker, choose_hole, end_of_turn_id
+from dgemma_lsp.engine.training.objective import collate, diffusion_loss, softcapped_logits
+
+MICRO = {
+    "seed": 0,
+    "data": {"languages": ["python"], "corpusBytes": 300000, "tokenizerVocab": 600, "maxPromptTokens": 256,
+             "contextTokens": [32, 96]},
+    "model": {"hidden": 32, "intermediate": 64, "layers": 2, "heads": 2, "kvHeads": 1, "headDim": 16,
+              "slidingWindow": 32, "experts": 2, "topK": 1, "moeIntermediate": 32, "canvas": 16, "spareIds": 64},
+    "train": {"steps": 3, "batch": 2, "lr": 0.003, "warmup": 1, "weightDecay": 0.1, "clipNorm": 1.0,
+              "selfConditioning": 0.5, "encoderLossWeight": 1.0, "eps": 0.001, "checkpointEvery": 1},
+    "generation": {"steps": 4, "entropyBound": 0.1},
+}
+
+SAMPLE = '''import os
+
+
+def total(values, start=0):
+    """Sum of values after start."""
+    result = start
+    for value in values:
+        if value > 0:
+            result += value
+        else:
+            result -= abs(value)
+    return result
+
+
+class Box:
+    def __init__(self, items):
+        self.items = list(items)
+        self.size = len(self.items)
+
+    def first(self):
+        return self.items[0] if self.items else None
+'''
+
+
+@pytest.mark.parametrize(("licence", "allowed"), [
+    ("MIT", True), ("Apache-2.0 OR BSD-2-Clause", True), ("BSD-3-Clause AND 0BSD AND MIT AND Zlib", True),
+    ("Apache 2.0", True), ("MPL-2.0 AND MIT", False), ("GPL-3.0-or-later", False), ("LGPL-2.1 OR GPL-2.0", False),
+    (None, False), ("", False), ("Proprietary", False),
+])
+def test_only_permissive_licences_are_trained_on(licence, allowed):
+    assert is_permissive(licence) is allowed
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tiny_tokenizer()
+
+
+def test_holes_of_every_kind_cut_real_code(tokenizer):
+    doc = SyntaxDocument(SAMPLE, "python")
+    found = {}
+    for seed in range(200):
+        for kind in KINDS:
+            hole = choose_hole(doc, kind, random.Random(seed))
+            if hole is not None:
+                found.setdefault(kind, set()).add(SAMPLE[hole.start:hole.end])
+    assert set(found) == set(KINDS)
+    assert "return result" in found["statement"] or "result = start" in found["statement"]
+    # A block hole is a whole body: every statement of it, from the first to the last.
+    assert any(body.startswith("if value > 0:") and body.endswith("result -= abs(value)") for body in found["block"])
+    assert all("\n" not in middle for middle in found["line"] | found["expression"])
+
+
+def test_an_example_is_the_products_prompt_and_a_finished_canvas(tokenizer):
+    maker = ExampleMaker(tokenizer, 32, max_prompt_tokens=512, context_tokens=(64, 256))
+    file = CodeFile(source="sample", path="sample.py", language="python", text=SAMPLE)
+    examples = [e for seed in range(40) if (e := maker.make(file, random.Random(seed)))]
+    assert len(examples) >= 30
+    end = end_of_turn_id(tokenizer)
+    assert tokenizer.convert_ids_to_tokens(end) == "<turn|>"
+    for example in examples:
+        assert len(example.canvas_ids) == 32
+        middle_ids = tokenizer(example.middle, add_special_tokens=False)["input_ids"]
+        assert example.canvas_ids[: len(middle_ids) + 1] == middle_ids + [end]
+        assert set(example.canvas_ids[len(middle_ids) + 1:]) <= {tokenizer.pad_token_id}
+        prompt = tokenizer.decode(example.prompt_ids)
+        assert "<CURSOR>" in prompt and prompt.startswith("<bos><|turn>user")
+    # Deterministic by seed.
+    again = [e for seed in range(40) if (e := maker.make(file, random.Random(seed)))]
+    assert [e.prompt_ids for e in again] == [e.prompt_ids for e in examples]
+
+
+def test_a_left_padded_batch_denoises_each_row_as_if_alone(tokenizer):
+    from transformers import DynamicCache
+
+    model = build_tiny_model().eval()
+    maker = ExampleMaker(tokenizer, 32, max_prompt_tokens=400, context_tokens=(32, 160))
+    file = CodeFile(source="sample", path="sample.py", language="python", text=SAMPLE)
+    rows = [e for seed in range(30) if (e := maker.make(file, random.Random(seed)))][:3]
+    assert len({len(e.prompt_ids) for e in rows}) > 1, "the batch must need padding"
+
+    def canvas_logits(batch):
+        positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        encoded = model.model.encoder(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask,
+                                      position_ids=positions, use_cache=True,
+                                      past_key_values=DynamicCache(config=model.config.text_config))
+        decoded = model.model.decoder(
+            decoder_input_ids=batch.canvas_ids, past_key_values=encoded.past_key_values,
+            decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(batch.canvas_ids)], -1),
+            decoder_position_ids=batch.prompt_mask.sum(-1, keepdim=True) + torch.arange(32))
+        return softcapped_logits(model, decoded.last_hidden_state)
+
+    with torch.no_grad():
+        together = canvas_logits(collate([e.prompt_ids for e in rows], [e.canvas_ids for e in rows], 0))
+        for row, example in enumerate(rows):
+            alone = model(input_ids=torch.tensor([example.prompt_ids]),
+                          decoder_input_ids=torch.tensor([example.canvas_ids])).logits  # generate's own path
+            assert torch.allclose(together[row], alone[0], atol=1e-4)
+
+
+def test_the_objective_learns_a_batch(tokenizer):
+    model = build_tiny_model().train()
+    maker = ExampleMaker(tokenizer, 32, max_prompt_tokens=200, context_tokens=(16, 64))
+    file = CodeFile(source="sample", path="sample.py", language="python", text=SAMPLE)
+    rows = [e for seed in range(20) if (e := maker.make(file, random.Random(seed)))][:4]
+    batch = collate([e.prompt_ids for e in rows], [e.canvas_ids for e in rows], 0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    losses = []
+    for step in range(25):
+        parts = diffusion_loss(model, batch, torch.Generator().manual_seed(step))
+        optimizer.zero_grad()
+        parts.total.backward()
+        optimizer.step()
+        losses.append(parts.total.item())
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+
+
+def _train(run_dir: Path, recipe: Path, steps: int) -> None:
+    subprocess.run([sys.executable, "-m", "dgemma_lsp.server.cli", "train", str(run_dir), "--config", str(recipe),
+                    "--steps", str(steps), "--quiet", "--threads", "1"], check=True, timeout=300)
+
+
+def test_a_run_resumes_where_it_stopped_and_its_model_loads(tmp_path):
+    recipe = tmp_path / "micro.json"
+    recipe.write_text(json.dumps(MICRO))
+    _train(tmp_path / "straight", recipe, 3)
+    _train(tmp_path / "resumed", recipe, 2)
+    _train(tmp_path / "resumed", recipe, 3)
+    straight = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)
+    resumed = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)
+    assert straight["step"] == resumed["step"] == 3
+    for name, value in straight["model"].items():
+        assert torch.equal(value, resumed["model"][name]), name
+
+    manifest = json.loads((tmp_path / "straight" / "model" / "corpus.json").read_text())
+    assert manifest["tokens"] > 0 and all(is_permissive(s["licence"]) for s in manifest["sources"])
+    assert sum(s["tokens"] for s in manifest["sources"]) == manifest["tokens"]
+    assert all(not is_permissive(s["licence"]) or s["licence"] == "unknown" for s in manifest["leftOut"])
+
+    # The exported folder is a checkpoint like any other: the CLI completes with it.
+    done = subprocess.run(
+        [sys.executable, "-m", "dgemma_lsp.server.cli", "complete", "examples/fib.py:8:12", "--model",
+         str(tmp_path / "straight" / "model"), "--steps", "2", "--json"],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["steps"] == 2

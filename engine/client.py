@@ -85,8 +85,9 @@ class InProcessEngineClient:
             return
         loop = asyncio.get_running_loop()
         self._loaded = loop.create_future()
-        # Load progress (shards read) reaches status listeners from the loading thread.
-        self._service.on_change = lambda: loop.call_soon_threadsafe(self._publish)
+        # Load progress (shards read) reaches status listeners from the loading thread, as it was
+        # then: read on a busy loop later, several shards would collapse into one report.
+        self._service.on_change = lambda: loop.call_soon_threadsafe(self._publish, self.status())
 
         def load() -> None:
             error: BaseException | None = None
@@ -126,8 +127,8 @@ class InProcessEngineClient:
     def on_status(self, listener: StatusListener) -> None:
         self._listeners.append(listener)
 
-    def _publish(self) -> None:
-        status = self.status()
+    def _publish(self, status: EngineStatus | None = None) -> None:
+        status = status or self.status()
         for listener in list(self._listeners):
             try:
                 listener(status)

@@ -14,6 +14,8 @@ import signal
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from dgemma_lsp.engine.daemon.paths import RUNTIME_DIR_ENV, lock_is_held
 from dgemma_lsp.server.stats import STATS_FILE_ENV
 
@@ -32,3 +34,15 @@ def pytest_sessionfinish(session, exitstatus) -> None:
             except (ValueError, IndexError, ProcessLookupError):
                 pass
     shutil.rmtree(_RUNTIME_DIR, ignore_errors=True)
+
+
+TRITON_INTERPRET = "TRITON_INTERPRET"
+
+
+@pytest.fixture(autouse=True)
+def _triton_interpreter_only_where_asked(request, monkeypatch):
+    """Kernel tests set TRITON_INTERPRET=1 when their module is imported (at collection, so for the
+    whole session). Everywhere else it would send CPU runs, and every subprocess a test starts, down
+    the interpreted-kernel path instead of the CPU path users run: unset it there."""
+    if not getattr(request.module, "USES_TRITON_INTERPRETER", False):
+        monkeypatch.delenv(TRITON_INTERPRET, raising=False)

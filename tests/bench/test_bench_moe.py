@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+USES_TRITON_INTERPRETER = True  # tests/conftest.py keeps TRITON_INTERPRET for this module's tests
+
 
 def test_bench_moe_json_meets_the_op_and_error_targets():
     command = [sys.executable, "-m", "dgemma_lsp.server.cli", "bench", "moe", "--json", "--tokens", "64"]

@@ -3,6 +3,7 @@
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the fused sampler runs in Triton's interpreter on CPU
+USES_TRITON_INTERPRETER = True  # tests/conftest.py keeps TRITON_INTERPRET for this module's tests
 
 from dgemma_lsp.bench import step_gpu  # noqa: E402
 

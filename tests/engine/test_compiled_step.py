@@ -16,6 +16,7 @@ import subprocess
 import sys
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # the loop's fused sampler runs in Triton's interpreter here
+USES_TRITON_INTERPRETER = True  # tests/conftest.py keeps TRITON_INTERPRET for this module's tests
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported: their decorators read it
+USES_TRITON_INTERPRETER = True  # tests/conftest.py keeps TRITON_INTERPRET for this module's tests
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel is imported: its decorator reads it
+USES_TRITON_INTERPRETER = True  # tests/conftest.py keeps TRITON_INTERPRET for this module's tests
 
 import torch  # noqa: E402
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import (  # noqa: E402

@@ -2,7 +2,7 @@
 
 Loads `--model` once with `--quantization` exactly as the engine does
 (loading.load_model_and_tokenizer) and reports `peakRssBytes` (the process's
-peak resident set, imports included: `getrusage` ru_maxrss), `baselineRssBytes`
+peak resident set, imports included: VmHWM), `baselineRssBytes`
 (resident after the imports, before the load), `checkpointBytes` (the
 safetensors shards on disk), `residentBytes` (the loaded model's parameters
 and buffers, each tied tensor once), `loadMs` and `fromPackedCache` (a later
@@ -91,9 +91,20 @@ def page_in(model) -> None:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set of this process (Linux reports ru_maxrss in KiB, macOS in bytes)."""
+    """Peak resident set of this process's memory: Linux's VmHWM, else ru_maxrss.
+
+    Not ru_maxrss on Linux: it survives exec, so a benchmark started from a big parent
+    (a test session holding models) reported the parent's size as its own peak.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if sys.platform == "darwin" else peak * 1024
+    return peak if sys.platform == "darwin" else peak * 1024  # KiB on Linux, bytes on macOS
 
 
 def current_rss_bytes() -> int:

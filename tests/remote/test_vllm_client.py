@@ -222,6 +222,23 @@ async def test_server_down_then_back(server: CompletionsServer, remote: Watched)
     assert len((await remote.denoise(request())).candidates) == 1
 
 
+async def test_reload_asks_the_server_now_whatever_the_backoff(server: CompletionsServer):
+    """`dgemma.reloadModel` on a remote engine: one probe at once, not at the end of a long backoff."""
+    watched = await started(server, backoff=Backoff(first=600.0, most=600.0))
+    try:
+        await watched.reaches("ready")
+        server.behaviour.fail_status, server.behaviour.fail_count = 503, 1
+        with pytest.raises(EngineUnavailableError):
+            await watched.denoise(request())
+        assert watched.client.status().state == "error"  # and the next probe is 10 minutes away
+        probes = server.counters.probes
+        status = await asyncio.wait_for(watched.client.reload(), WAIT)
+        assert status.state == "ready" and server.counters.probes == probes + 1
+        assert len((await watched.denoise(request())).candidates) == 1
+    finally:
+        await watched.client.close()
+
+
 async def test_a_slow_server_is_waited_for_and_a_stuck_one_times_out(server: CompletionsServer):
     read = 6.0  # between two chunks; the model's own time (a busy machine) counts too
     watched = await started(server, timeouts=Timeouts(connect=5.0, read=read, total=WAIT))

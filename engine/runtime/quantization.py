@@ -329,7 +329,7 @@ def save_quantized(model: nn.Module, folder: Path, *, shard_bytes: int = DEFAULT
     canonical_tensors: list[tuple[str, torch.Tensor]] = []
     aliases: dict[str, str] = {}
     kinds: dict[str, str] = {}
-    for name, tensor, kind in _all_tensors(model):
+    for name, tensor, kind in all_tensors(model):
         kinds[name] = kind
         canonical = unique.setdefault(id(tensor), name)
         if canonical == name:
@@ -432,7 +432,7 @@ def load_quantized(
                     _assign(model_skeleton, name, tensor, manifest["kinds"][name], params)
         if progress is not None:
             progress(done, len(manifest["files"]))
-    leftovers = [n for n, t, _ in _all_tensors(model_skeleton) if t.device.type == "meta"]
+    leftovers = [n for n, t, _ in all_tensors(model_skeleton) if t.device.type == "meta"]
     assert not leftovers, f"{folder} does not cover the skeleton: {leftovers[:5]}"
     model_skeleton._dgemma_quantization = (manifest["mode"], manifest["group_size"])
     if manifest["mode"] == "none":
@@ -470,7 +470,7 @@ def _replace_module(model: nn.Module, name: str, module: nn.Module) -> None:
     setattr(model.get_submodule(parent_name) if parent_name else model, child, module)
 
 
-def _all_tensors(model: nn.Module):
+def all_tensors(model: nn.Module):
     """(name, tensor, kind) for every parameter and buffer, tied names included, non-persistent buffers too."""
     for module_name, module in model.named_modules(remove_duplicate=False):
         prefix = f"{module_name}." if module_name else ""

@@ -40,6 +40,7 @@ from .quantization import (
     _quantizable_modules,
     _replace_module,
     _report_from_loaded,
+    all_tensors,
 )
 from .text_model import is_vision_key
 
@@ -110,7 +111,7 @@ class KeyMapper:
         self._renamings = [t for t in transforms if isinstance(t, WeightRenaming)]
         self._converters = [t for t in transforms if isinstance(t, WeightConverter)]
         self._prefix = getattr(model, "base_model_prefix", None)
-        self._known = {name: True for name, _, _ in _named_tensors(model)}
+        self._known = {name: True for name, _, _ in all_tensors(model)}
 
     def __call__(self, key: str) -> str:
         from transformers.core_model_loading import rename_source_key
@@ -303,19 +304,8 @@ def _initialize_the_rest(model: nn.Module, device: str) -> None:
     # The init functions skip every tensor flagged `_is_hf_initialized` (all loaded ones), so
     # this fills only the fresh buffers.
     model.initialize_weights()
-    leftovers = [name for name, tensor, _ in _named_tensors(model) if tensor.device.type == "meta"]
+    leftovers = [name for name, tensor, _ in all_tensors(model) if tensor.device.type == "meta"]
     assert not leftovers, f"still on the meta device after loading: {leftovers[:5]}"
-
-
-def _named_tensors(model: nn.Module):
-    for module_name, module in model.named_modules(remove_duplicate=False):
-        prefix = f"{module_name}." if module_name else ""
-        for name, param in module._parameters.items():
-            if param is not None:
-                yield prefix + name, param, "parameter"
-        for name, buffer in module._buffers.items():
-            if buffer is not None:
-                yield prefix + name, buffer, "buffer"
 
 
 def _packed_bytes(shape: tuple[int, ...], mode: str, group_size: int) -> int:

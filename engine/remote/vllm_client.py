@@ -219,13 +219,7 @@ class VllmEngineClient:
             self._set("error", f"cannot lay out prompts for {self.model}: {type(error).__name__}: {error}")
             return
         log.info("vLLM engine at %s, model %s, chat template from %s; %s", self.url, self.model, source, NO_DRAFTS)
-        epoch = self._fault_epoch
-        try:
-            await self._probe()
-        except _Fault as fault:
-            self._fault(fault, epoch)
-        else:
-            self._set("ready", self._ready_message)
+        await self._probe_and_settle()
 
     async def close(self) -> None:
         self._closed = True
@@ -245,13 +239,7 @@ class VllmEngineClient:
         if not self._connecting.done():
             await asyncio.shield(self._connecting)
             return self.status()
-        epoch = self._fault_epoch
-        try:
-            await self._probe()
-        except _Fault as fault:
-            self._fault(fault, epoch)
-        else:
-            self._recovered()
+        await self._probe_and_settle()
         return self.status()
 
     def forget(self, document: str) -> None:
@@ -316,14 +304,19 @@ class VllmEngineClient:
             await asyncio.sleep(max(0.0, self._retry_at - time.monotonic()))
             if not self._failures:  # a request got through meanwhile
                 return
-            epoch = self._fault_epoch
-            try:
-                await self._probe()
-            except _Fault as fault:
-                self._fault(fault, epoch)
-            else:
+            if await self._probe_and_settle():
                 log.info("vLLM engine at %s answers again", self.url)
-                self._recovered()
+
+    async def _probe_and_settle(self) -> bool:
+        """Probe once: `ready` when the server answers, a recorded fault (and backoff) when not."""
+        epoch = self._fault_epoch
+        try:
+            await self._probe()
+        except _Fault as fault:
+            self._fault(fault, epoch)
+            return False
+        self._recovered()
+        return True
 
     async def _probe(self) -> None:
         """GET /models: the server is up, the key is accepted and our model is served."""

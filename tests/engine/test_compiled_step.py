@@ -25,6 +25,7 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig  # noqa: E402
 
 from dgemma_lsp.engine.errors import ModelLoadError  # noqa: E402
+from dgemma_lsp.engine.runtime import fused_sampler, moe_kernels  # noqa: E402,F401 - their @triton.jit reads TRITON_INTERPRET now
 from dgemma_lsp.engine.runtime.compiled_step import (  # noqa: E402
     CompiledDenoiser,
     StaticPromptCache,

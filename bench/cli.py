@@ -18,6 +18,8 @@ import json
 import sys
 import time
 
+from .report import say
+
 BENCHMARKS = {
     "latency": ("dgemma_lsp.bench.latency", "keystrokes through `dgemma-lsp --stdio`: first draft, final, cache hit, overhead"),
     "gpu": ("dgemma_lsp.bench.gpu", "the 26B-A4B architecture on CUDA (random weights) vs autoregressive Gemma 4"),
@@ -101,7 +103,7 @@ def run_all(args: argparse.Namespace) -> int:
     for name, part in (("latency", _all_latency), ("syntax", _all_syntax),
                        ("humaneval", _all_humaneval), ("gpu --scale tiny", _all_gpu)):
         started = time.perf_counter()
-        _say(f"bench all: {name} ...")
+        say(f"bench all: {name} ...")
         try:
             rows.extend(part(args))
         except _Skip as skip:
@@ -109,7 +111,7 @@ def run_all(args: argparse.Namespace) -> int:
         except Exception as error:  # one broken benchmark must not hide the others' figures
             failures += 1
             rows.append((name, "FAILED", f"{type(error).__name__}: {error}"))
-        _say(f"bench all: {name} done in {time.perf_counter() - started:.1f} s")
+        say(f"bench all: {name} done in {time.perf_counter() - started:.1f} s")
     sys.stdout.write(format_rows(rows) + "\n")
     return 1 if failures else 0
 
@@ -183,7 +185,7 @@ def _all_gpu(parent):
     from . import gpu
 
     report = gpu.run_benchmark(gpu.TINY, getattr(parent, "device", None) or "cpu", "float32",
-                               compiled=False, log=_say)
+                               compiled=False, log=say)
     rows = []
     for figure in report.diffusion:
         rows.append((f"gpu tiny {figure.mode} prompt {figure.prompt_tokens} x{figure.candidates}",
@@ -201,10 +203,6 @@ def format_rows(rows: list[tuple[str, str, str]]) -> str:
     out += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(out)
 
-
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:

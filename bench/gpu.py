@@ -22,12 +22,13 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from .report import say, write_report
 
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 DIFFUSION_CONFIG = CONFIG_DIR / "diffusiongemma-26B-A4B-it.json"
@@ -500,23 +501,15 @@ def run(args) -> int:
     scale = SCALES[args.scale]
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if scale is FULL and not device.startswith("cuda"):
-        _say("dgemma-lsp bench gpu: needs a CUDA GPU and none is visible "
+        say("dgemma-lsp bench gpu: needs a CUDA GPU and none is visible "
              "(`--scale tiny` runs the same code on CPU)")
         return 2
     if device.startswith("cuda") and not torch.cuda.is_available():
-        _say("dgemma-lsp bench gpu: CUDA was asked for but torch sees no GPU")
+        say("dgemma-lsp bench gpu: CUDA was asked for but torch sees no GPU")
         return 2
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
-    report = run_benchmark(scale, device, dtype, compiled=args.compiled, log=_say)
-    if args.json:
-        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
-    else:
-        sys.stdout.write(format_table(report) + "\n")
+    report = run_benchmark(scale, device, dtype, compiled=args.compiled, log=say)
+    write_report(report, getattr(args, "json", False), format_table)
     return 0
 
 
-
-def _say(line: str) -> None:
-    """Progress and errors go to stderr: stdout carries only the table or the JSON."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()

@@ -23,6 +23,7 @@ from pathlib import Path
 import msgspec
 
 from .executor import DEFAULT_TIMEOUT_S, ExecutionResult, run_programs
+from .report import say
 
 SUBSETS = {
     "single-line": "HumanEval-SingleLineInfilling.jsonl.gz",
@@ -239,9 +240,5 @@ def run_from_args(args) -> HumanEvalReport:
         infill = EngineInfiller(args.model, device=args.device, dtype=args.dtype, steps=args.steps,
                                 candidates=args.candidates, seed=args.seed, max_tokens=args.max_tokens)
     return evaluate(problems, args.middle, infill=infill, model=args.model, subset=args.subset,
-                    timeout_s=args.timeout, progress=_say)
+                    timeout_s=args.timeout, progress=say)
 
-
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()

@@ -39,6 +39,8 @@ from typing import Any
 
 import msgspec
 
+from .report import say
+
 KEYSTROKES = 200
 TARGET_OVERHEAD_P99_MS = 4.0
 TARGET_CACHE_HIT_P99_MS = 1.5
@@ -414,7 +416,7 @@ def add_arguments(parser) -> None:
 def run_from_args(args) -> LatencyReport:
     return run_benchmark(args.model or "tiny", file=args.file, lines=getattr(args, "lines", None),
                          keystrokes=args.keystrokes, steps=args.steps,
-                         max_tokens=args.max_tokens, device=args.device, dtype=args.dtype, progress=_say)
+                         max_tokens=args.max_tokens, device=args.device, dtype=args.dtype, progress=say)
 
 
 def run(args) -> int:
@@ -426,7 +428,3 @@ def run(args) -> int:
         sys.stdout.write("\n".join(f"{figure:<{width}}  {value}" for _, figure, value in table_rows(report)) + "\n")
     return 0
 
-
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()

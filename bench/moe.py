@@ -23,13 +23,13 @@ Targets (issue 12): opsPerLayer <= 24, maxRelError <= 0.02. JSON with
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
-import sys
 import time
 
 import msgspec
+
+from .report import say, write_report
 
 MODES = ("int4", "int8", "fp8")
 TARGET_OPS = 24
@@ -243,22 +243,15 @@ def run(args) -> int:
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
-        _say(f"dgemma-lsp bench moe: --modes must be a subset of {','.join(MODES)}, got {args.modes!r}")
+        say(f"dgemma-lsp bench moe: --modes must be a subset of {','.join(MODES)}, got {args.modes!r}")
         return 2
     device = getattr(args, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.shape == "full" and not device.startswith("cuda"):
-        _say("dgemma-lsp bench moe: --shape full needs a CUDA GPU (fp32 full-size experts exceed host memory "
+        say("dgemma-lsp bench moe: --shape full needs a CUDA GPU (fp32 full-size experts exceed host memory "
              "budgets and the interpreter would take hours); use --shape tiny here")  # fmt: skip
         return 2
     report = run_benchmark(args.shape, device, tokens=args.tokens, batch=args.batch, group_size=args.group_size,
-                           modes=modes, repeats=args.repeats, log=_say)  # fmt: skip
-    if getattr(args, "json", False):
-        sys.stdout.write(json.dumps(msgspec.to_builtins(report)) + "\n")
-    else:
-        sys.stdout.write(format_table(report) + "\n")
+                           modes=modes, repeats=args.repeats, log=say)  # fmt: skip
+    write_report(report, getattr(args, "json", False), format_table)
     return 0
 
-
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()

@@ -20,12 +20,12 @@ stdout, progress to stderr; torch is imported inside functions.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 
 import msgspec
 
 from .gpu import FULL, HBM_BYTES_PER_S, SCALES, build_random, diffusion_config
+from .report import say, write_report
 
 INT4_BUDGET_BYTES = 18 * 10**9
 """Google's "fits in 18 GB quantized"; int4 must come in under it at full size."""
@@ -224,17 +224,17 @@ def run(args) -> int:
     modes = [m.strip() for m in (args.modes or ",".join(MODES)).split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
-        _say(f"dgemma-lsp bench quant: unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
+        say(f"dgemma-lsp bench quant: unknown mode(s) {unknown}; choose from {', '.join(MODES)}")
         return 2
     device = getattr(args, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.scale == FULL.name and not device.startswith("cuda"):
-        _say(
+        say(
             "dgemma-lsp bench quant: the full-size model needs a CUDA GPU and none is visible "
             "(`--scale tiny` runs the same code on CPU)"
         )
         return 2
     if device.startswith("cuda") and not torch.cuda.is_available():
-        _say("dgemma-lsp bench quant: CUDA was asked for but torch sees no GPU")
+        say("dgemma-lsp bench quant: CUDA was asked for but torch sees no GPU")
         return 2
     dtype = getattr(args, "dtype", None) or ("bfloat16" if device.startswith("cuda") else "float32")
     report = run_benchmark(
@@ -245,12 +245,9 @@ def run(args) -> int:
         group_size=args.group_size or DEFAULT_GROUP_SIZE,
         prompt_tokens=args.prompt_tokens,
         steps=args.steps,
-        log=_say,
+        log=say,
     )
-    if getattr(args, "json", False):
-        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
-    else:
-        sys.stdout.write(format_table(report) + "\n")
+    write_report(report, getattr(args, "json", False), format_table)
     return 0
 
 
@@ -332,8 +329,3 @@ def _free(device) -> None:
 def _gb(size: int) -> str:
     return f"{size / 1e9:.2f} GB" if size >= 1e8 else f"{size / 1e6:.2f} MB"
 
-
-def _say(line: str) -> None:
-    """Progress and errors go to stderr: stdout carries only the table or the JSON."""
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()

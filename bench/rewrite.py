@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import difflib
 import statistics
-import sys
 from pathlib import Path
 
 import msgspec
+
+from .report import say, write_report
 
 STRENGTHS = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
 KEEPS = ("canvas", "prompt", "both")
@@ -131,15 +132,8 @@ def run(args) -> int:
         getattr(args, "model", None) or "tiny", steps=args.steps, seeds=args.seeds,
         keeps=args.keep or KEEPS, strengths=args.strength or STRENGTHS, file=args.file,
         limit=args.limit, max_selection_tokens=args.max_selection_tokens,
-        device=getattr(args, "device", None), dtype=getattr(args, "dtype", None), log=_say,
+        device=getattr(args, "device", None), dtype=getattr(args, "dtype", None), log=say,
     )
-    if getattr(args, "json", False):
-        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
-    else:
-        sys.stdout.write(format_table(report) + "\n")
+    write_report(report, getattr(args, "json", False), format_table)
     return 0
 
-
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()

@@ -21,12 +21,12 @@ nothing. torch is imported inside functions.
 from __future__ import annotations
 
 import statistics
-import sys
 import time
 
 import msgspec
 
 from .gpu import FULL, HBM_BYTES_PER_S, SCALES, VLLM_MS_PER_CANVAS, build_random, diffusion_config
+from .report import say, write_report
 
 MODES = ("int4", "fp8", "int8", "none")
 SEED = 0
@@ -168,20 +168,13 @@ def run(args) -> int:
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
-        _say(f"dgemma-lsp bench step: --modes must be a subset of {','.join(MODES)}, got {args.modes!r}")
+        say(f"dgemma-lsp bench step: --modes must be a subset of {','.join(MODES)}, got {args.modes!r}")
         return 2
     device = getattr(args, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.scale == FULL.name and not device.startswith("cuda"):
-        _say("dgemma-lsp bench step: the full-size model needs a CUDA GPU (`--scale tiny` runs the code on CPU)")
+        say("dgemma-lsp bench step: the full-size model needs a CUDA GPU (`--scale tiny` runs the code on CPU)")
         return 2
-    report = run_benchmark(args.scale, device, modes, steps=args.steps, repeats=args.repeats, log=_say)
-    if getattr(args, "json", False):
-        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
-    else:
-        sys.stdout.write(format_table(report) + "\n")
+    report = run_benchmark(args.scale, device, modes, steps=args.steps, repeats=args.repeats, log=say)
+    write_report(report, getattr(args, "json", False), format_table)
     return 0
 
-
-def _say(line: str) -> None:
-    sys.stderr.write(line + "\n")
-    sys.stderr.flush()

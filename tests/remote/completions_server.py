@@ -31,6 +31,7 @@ same port brings it back.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import select
@@ -70,7 +71,8 @@ class Counters:
     completions: int = 0
     """POST /completions requests received."""
     completed: int = 0
-    """Completions answered in full."""
+    """Completions answered in full. Counted after the last byte is written, so a client
+    that returns at `[DONE]` can run ahead of it: read it with `CompletionsServer.counted`."""
     disconnected: int = 0
     """Streams the client closed before their end."""
     aborted: int = 0
@@ -114,6 +116,13 @@ class CompletionsServer:
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
         runtime.prompts = VerbatimPrompt(runtime.tokenizer)
+
+    async def counted(self, name: str, value: int, seconds: float = 60.0) -> None:
+        """Waits until counter `name` reads `value`; the handler thread counts after its last write."""
+        deadline = time.monotonic() + seconds
+        while getattr(self.counters, name) != value:
+            assert time.monotonic() < deadline, f"{name} stayed {getattr(self.counters, name)}, not {value}: {self.counters}"
+            await asyncio.sleep(0.02)
 
     @property
     def running(self) -> bool:

@@ -79,7 +79,9 @@ def default_data_dir() -> Path:
     return Path(str(folder))
 
 
-def load_problems(data_dir: Path, subset: str, limit: int | None = None) -> list[Problem]:
+def load_problems(data_dir: Path, subset: str, limit: int | None = None, sample: int | None = None) -> list[Problem]:
+    """The subset's problems in file order: the first `limit`, or `sample` spread evenly over all of them
+    (the file is grouped by task, so a spread sample covers every task where the first N covers few)."""
     path = data_dir / SUBSETS[subset]
     problems = []
     with gzip.open(path, "rt", encoding="utf-8") as file:
@@ -88,6 +90,8 @@ def load_problems(data_dir: Path, subset: str, limit: int | None = None) -> list
                 problems.append(msgspec.convert(json.loads(line), Problem, strict=False))
             if limit is not None and len(problems) >= limit:
                 break
+    if sample is not None and sample < len(problems):
+        problems = [problems[i * len(problems) // sample] for i in range(sample)]
     return problems
 
 
@@ -101,14 +105,16 @@ class EngineInfiller:
     """The server's path for one infill at the hole, without LSP."""
 
     def __init__(
-        self, model: str, *, device=None, dtype=None, steps=None, candidates=1, seed=0, max_tokens=256
+        self, model: str, *, device=None, dtype=None, steps=None, candidates=1, seed=0, max_tokens=256,
+        entropy_bound=None, layout=None,
     ) -> None:
         from dgemma_lsp.engine.api import GenerationSettings
         from dgemma_lsp.engine.runtime.service import InfillService
 
         self.service = InfillService(model, device=device, dtype=dtype)
         self.settings = GenerationSettings(
-            steps=steps, candidates=candidates, seed=seed, max_tokens=max_tokens
+            steps=steps, candidates=candidates, seed=seed, max_tokens=max_tokens, entropy_bound=entropy_bound,
+            prompt_layout=layout,
         )
         self.service.load()
 
@@ -207,11 +213,15 @@ def summary_line(report: HumanEvalReport) -> str:
 def add_arguments(parser) -> None:
     parser.add_argument("--subset", choices=sorted(SUBSETS), default="single-line")
     parser.add_argument("--limit", type=int, default=None, help="only the first N problems")
+    parser.add_argument("--sample", type=int, default=None, help="N problems spread evenly over the subset")
     parser.add_argument("--middle", choices=MIDDLES, default="model",
                         help="model: the engine fills the hole; canonical/empty: check the harness")
     parser.add_argument("--data", type=Path, default=None,
                         help="folder with HumanEval-*.jsonl.gz (default: the copy shipped in the package)")
     parser.add_argument("--steps", type=int, default=None, help="denoising steps (default: the model's)")
+    parser.add_argument("--entropy-bound", type=float, default=None, help="sampler budget (default: the model's)")
+    parser.add_argument("--layout", choices=("natural", "suffix-first"), default=None,
+                        help="prompt layout (default: the engine's)")
     parser.add_argument("--candidates", type=int, default=1, help="canvases per problem; the top-ranked one is scored")
     parser.add_argument("--max-tokens", type=int, default=256, help="answer length cap (whole canvases)")
     parser.add_argument("--seed", type=int, default=0)
@@ -234,11 +244,12 @@ def run_from_args(args) -> HumanEvalReport:
     data_dir = args.data or default_data_dir()
     if not (data_dir / SUBSETS[args.subset]).is_file():
         raise SystemExit(f"dgemma-lsp bench humaneval: no HumanEval-Infilling data found; {DATA_ENV_HINT}")
-    problems = load_problems(data_dir, args.subset, args.limit)
+    problems = load_problems(data_dir, args.subset, args.limit, getattr(args, "sample", None))
     infill = None
     if args.middle == "model":
         infill = EngineInfiller(args.model, device=args.device, dtype=args.dtype, steps=args.steps,
-                                candidates=args.candidates, seed=args.seed, max_tokens=args.max_tokens)
+                                candidates=args.candidates, seed=args.seed, max_tokens=args.max_tokens,
+                                entropy_bound=getattr(args, "entropy_bound", None), layout=getattr(args, "layout", None))
     return evaluate(problems, args.middle, infill=infill, model=args.model, subset=args.subset,
                     timeout_s=args.timeout, progress=say)
 

@@ -32,6 +32,8 @@ class GenerationSettings(msgspec.Struct, frozen=True, kw_only=True, rename="came
     """Seed for the canvas noise and the sampler; None draws a fresh one."""
     early_stop: bool = True
     """Stop a canvas once it is stable and confident (the checkpoint's rule)."""
+    prompt_layout: Literal["natural", "suffix-first"] | None = None
+    """How an infill prompt lays the file out (runtime/prompting.py); None is the default layout."""
 
 
 class Region(msgspec.Struct, frozen=True):

@@ -10,7 +10,7 @@ Knows msgspec and the engine's GenerationSettings; knows nothing of pygls.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -45,6 +45,9 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
     """How much of the selection "Rewrite selection" renoises: 1 writes it afresh."""
     early_stop: bool = True
     """Stop a canvas once it is stable and confident; false always runs `steps`."""
+    prompt_layout: Literal["natural", "suffix-first"] | None = None
+    """How the prompt lays the file out: "suffix-first" keeps all but the cursor's line in the
+    engine's prompt cache; null: the default ("natural", see bench/RESULTS.md for why)."""
     cache_size: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 128
     """Finished completions kept for repeated and typed-ahead requests (0 disables the cache)."""
     prompt_cache_mb: Annotated[int, msgspec.Meta(ge=0, le=1048576)] | None = msgspec.field(
@@ -70,6 +73,7 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
             candidates=candidates,
             seed=self.seed,
             early_stop=self.early_stop,
+            prompt_layout=self.prompt_layout,
         )
 
 

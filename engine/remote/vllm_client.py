@@ -405,7 +405,8 @@ class VllmEngineClient:
                      "prompt instead and rewriteStrength (%s) is ignored", request.strength)
         body = {
             "model": self.model,
-            "prompt": self._layout.text(request.context, rewrite=rewrite, original=request.selection).all,
+            "prompt": self._layout.text(request.context, rewrite=rewrite, original=request.selection,
+                                       layout=request.settings.prompt_layout).all,
             "max_tokens": settings.max_tokens or DEFAULT_MAX_TOKENS,
             "n": settings.candidates,
             "stream": True,

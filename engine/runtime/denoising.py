@@ -188,7 +188,7 @@ class DenoisingRuntime:
         steps = settings.steps or self.default_steps
         rewriting = request.selection is not None
         original = request.selection if rewriting and request.rewrite_keep != "canvas" else None
-        prompt = self.prompts.build(request.context, rewrite=rewriting, original=original)
+        prompt = self.prompts.build(request.context, rewrite=rewriting, original=original, layout=settings.prompt_layout)
         if self.compiled is not None and not rewriting:
             result = self._run_compiled(request, prompt, steps, started, on_draft, cancel)
             if result is not None:

@@ -6,8 +6,13 @@ tail (the cursor's line, the marker, the suffix, the template's end) is encoded
 per request. Each part is tokenized on its own, so the split never depends on
 how BPE merges across it.
 
-Layout: the natural one (prefix, marker, suffix) inside the model's own chat
-template as an instruction, because the Gemma vocabulary has no FIM tokens.
+Layouts, inside the model's own chat template as an instruction, because the Gemma
+vocabulary has no FIM tokens:
+- "natural": the file in order (prefix, marker, suffix). The suffix sits after the
+  cursor's line, so it is in the tail: re-encoded on every keystroke.
+- "suffix-first": the code after the cursor's line first, then the file up to the
+  marker, then the rest of the cursor's line. Everything but the cursor's line is in
+  the stable part, so a keystroke re-encodes a few tokens instead of the whole suffix.
 When a tokenizer does have FIM tokens, the PSM form is used instead.
 `PromptLayout` lays the text out and needs no tokenizer (a remote engine sends
 that text as it is); `PromptBuilder` encodes it. Knows the tokenizer; knows
@@ -31,6 +36,13 @@ REWRITE_INSTRUCTION = (
     "Rewrite the code that goes at {marker} in this {language} file, keeping its purpose. "
     "Reply with only the new code for {marker}: no explanation, no Markdown fences."
 )
+
+SUFFIX_FIRST_AFTER = "\n\nThe code after the line with {marker}:\n\n{fence}\n{after}\n```"
+"""suffix-first: the suffix past the cursor's line, shown before the file (see PROMPT_LAYOUTS)."""
+SUFFIX_FIRST_BEFORE = "\n\nThe file up to {marker} and the rest of its line:\n\n{fence}\n"
+
+PROMPT_LAYOUTS = ("natural", "suffix-first")
+DEFAULT_PROMPT_LAYOUT = "natural"
 
 REWRITE_ORIGINAL = "\n\nThe code at {marker} is now:\n\n{fence}\n{original}\n```"
 """A rewrite's selection as it is now, shown after the file: the model sees what it rewrites
@@ -87,8 +99,13 @@ class PromptLayout:
         )
         return cls(head, tail, find_fim_tokens(tokenizer.get_vocab()))
 
-    def text(self, context: InfillContext, *, rewrite: bool = False, original: str | None = None) -> PromptText:
-        """The prompt text; `original` (a rewrite's selection as it is now) is shown after the file."""
+    def text(
+        self, context: InfillContext, *, rewrite: bool = False, original: str | None = None, layout: str | None = None
+    ) -> PromptText:
+        """The prompt text; `original` (a rewrite's selection as it is now) is shown after the file.
+
+        `layout` is one of PROMPT_LAYOUTS (None: DEFAULT_PROMPT_LAYOUT); a rewrite is always natural.
+        """
         # The cursor's own line goes in the tail: it changes with every keystroke.
         line_start = context.prefix.rfind("\n") + 1
         stable_code = context.preamble + context.prefix[:line_start]
@@ -103,6 +120,15 @@ class PromptLayout:
         instruction = (REWRITE_INSTRUCTION if rewrite else INFILL_INSTRUCTION).format(
             marker=CURSOR_MARKER, language=context.language
         )
+        if (layout or DEFAULT_PROMPT_LAYOUT) == "suffix-first" and not rewrite:
+            # The cursor's line stays whole in the tail; what is after it leads the stable part.
+            rest_of_line, newline, after = context.suffix.partition("\n")
+            shown_after = SUFFIX_FIRST_AFTER.format(marker=CURSOR_MARKER, fence=fence, after=after) if newline else ""
+            before = SUFFIX_FIRST_BEFORE.format(marker=CURSOR_MARKER, fence=fence)
+            return PromptText(
+                stable=f"{self.template_head}{instruction}{shown_after}{before}{stable_code}",
+                tail=f"{line_before_cursor}{CURSOR_MARKER}{rest_of_line}\n```{self.template_tail}",
+            )
         shown = "" if original is None else REWRITE_ORIGINAL.format(marker=CURSOR_MARKER, fence=fence, original=original)
         return PromptText(
             stable=f"{self.template_head}{instruction}\n\n{fence}\n{stable_code}",
@@ -118,8 +144,10 @@ class PromptBuilder:
         self.layout = PromptLayout.from_tokenizer(tokenizer)
         self.fim_tokens = self.layout.fim_tokens
 
-    def build(self, context: InfillContext, *, rewrite: bool = False, original: str | None = None) -> PromptIds:
-        text = self.layout.text(context, rewrite=rewrite, original=original)
+    def build(
+        self, context: InfillContext, *, rewrite: bool = False, original: str | None = None, layout: str | None = None
+    ) -> PromptIds:
+        text = self.layout.text(context, rewrite=rewrite, original=original, layout=layout)
         return PromptIds(stable=self._encode(text.stable), tail=self._encode(text.tail))
 
     def _encode(self, text: str) -> list[int]:

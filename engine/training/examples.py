@@ -7,7 +7,8 @@ A hole is chosen the way the syntax planner's kinds describe them (engine/syntax
 - statement: a whole statement among siblings (its line keeps its indentation);
 - block: every statement of a body (the header and, for braces, the `{ }` stay).
 The hole is removed, and the product's own pipeline builds the prompt: `prepare_infill`
-(planner + context window) and `PromptBuilder` (chat template, instruction, <CURSOR>).
+(planner + context window) and `PromptBuilder` (chat template, instruction, <CURSOR>), in
+the natural layout or, for a recipe's `suffixFirstShare` of examples, the suffix-first one.
 The target canvas is the removed text's tokens, the chat template's end-of-turn token,
 then pad: exactly what a finished answer looks like in `generate`'s canvas.
 
@@ -54,8 +55,11 @@ class Example:
 class ExampleMaker:
     """Turns code files into Examples for one tokenizer and canvas length."""
 
-    def __init__(self, tokenizer, canvas_length: int, *, max_prompt_tokens: int, context_tokens=(64, 512)):
+    def __init__(self, tokenizer, canvas_length: int, *, max_prompt_tokens: int, context_tokens=(64, 512),
+                 suffix_first_share: float = 0.0):
         self.tokenizer = tokenizer
+        self.suffix_first_share = suffix_first_share
+        """Share of examples laid out suffix-first (prompting.PROMPT_LAYOUTS), the rest natural."""
         self.builder = PromptBuilder(tokenizer)
         self.canvas_length = canvas_length
         self.max_prompt_tokens = max_prompt_tokens
@@ -84,7 +88,9 @@ class ExampleMaker:
         around = SyntaxDocument(doc.text[:hole.start] + doc.text[hole.end:], doc.language)
         budget = rng.randint(*self.context_tokens)
         prepared = prepare_infill(around, hole.start, GenerationSettings(), budget_tokens=budget)
-        prompt_ids = self.builder.build(prepared.context).all
+        # No draw when every example is natural: a recipe without the mix keeps its exact stream.
+        suffix_first = self.suffix_first_share > 0 and rng.random() < self.suffix_first_share
+        prompt_ids = self.builder.build(prepared.context, layout="suffix-first" if suffix_first else "natural").all
         if len(prompt_ids) > self.max_prompt_tokens:
             return None
         canvas = middle_ids + [self.end_id]

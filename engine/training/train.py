@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
     model = build_model(recipe, tokenizer, seed)
     params = sum(p.numel() for p in model.parameters())
     maker = ExampleMaker(tokenizer, recipe["model"]["canvas"], max_prompt_tokens=data["maxPromptTokens"],
-                         context_tokens=tuple(data["contextTokens"]))
+                         context_tokens=tuple(data["contextTokens"]),
+                         suffix_first_share=data.get("suffixFirstShare", 0.0))
     stream = ExampleStream(files, maker, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=schedule["lr"], betas=(0.9, 0.95),
                                   weight_decay=schedule["weightDecay"])
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     log.info("model: %.2fM parameters; %d files, %.1f MB of code; %d steps of %d examples",
              params / 1e6, len(files), manifest["bytes"] / 1e6, total_steps, batch_size)
     model.train()
-    started, window = time.perf_counter(), []
+    started, window, tokens_at_start = time.perf_counter(), [], tokens_seen
     progress = _progress(total_steps, step, args.quiet)
     stop = _StopRequest()
     while step < total_steps:
@@ -182,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
         step += 1
         tokens_seen += int(batch.prompt_mask.sum()) + batch.canvas_ids.numel()
         window = (window + [(parts.diffusion, parts.encoder, parts.canvas_accuracy)])[-50:]  # floats: no graph kept
-        rate = tokens_seen / max(time.perf_counter() - started, 1e-9)
+        rate = (tokens_seen - tokens_at_start) / max(time.perf_counter() - started, 1e-9)  # this session's rate
         progress.update(step, parts, rate)
         if step % schedule["checkpointEvery"] == 0 or step == total_steps:
             _save_checkpoint(checkpoint, model, optimizer, generator, step, tokens_seen)

@@ -1,6 +1,6 @@
 """`dgemma-lsp bench latency`: what an editor waits for, keystroke by keystroke.
 
-A real LSP client (pygls) starts `dgemma-lsp --stdio` as a subprocess, opens a
+A real LSP client starts `dgemma-lsp --stdio` as a subprocess, opens a
 real source file (the standard library's textwrap.py unless --file says
 otherwise), and types 200 keystrokes into a function body: each is an
 incremental didChange followed by an Automatic inlineCompletion request, and
@@ -22,7 +22,10 @@ Per keystroke it times, from the didChange being sent:
 Each as {p50, p99} unless said otherwise. `--lines N` types into a generated Python
 file of N lines instead (the 10,000-line variant: `--lines 10000`). Keystrokes are sent one at a time (the next after the
 answer), with the coalescing window set to 0: this measures the work, not a
-debounce. Knows LSP and our custom notifications; imports no torch.
+debounce. The client is bench/jsonrpc.py, which decodes with msgspec and converts
+nothing: the window holds the server's work and the pipe, not a Python client's
+(before 2026-11-23 it was pygls' client; see bench/RESULTS.md). Knows LSP and our
+custom notifications; imports no torch.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 import msgspec
 
+from .jsonrpc import JsonRpcClient
 from .report import say
 
 KEYSTROKES = 200
@@ -51,6 +55,8 @@ TYPED_LINE = "result = [part.strip() for part in text.split(sep) if part]"
 START_TIMEOUT_S = 300.0
 """Model load on a busy machine; after that each request gets REQUEST_TIMEOUT_S."""
 REQUEST_TIMEOUT_S = 120.0
+AUTOMATIC_TRIGGER = 2
+"""InlineCompletionTriggerKind.Automatic."""
 
 
 class Percentiles(msgspec.Struct, frozen=True):
@@ -71,6 +77,8 @@ class LatencyReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     steps: int | None
     """Denoising steps per canvas the server was configured with."""
     max_tokens: int
+    prompt_layout: str | None = None
+    """The server's promptLayout setting (None: its default)."""
     first_draft_ms: Percentiles
     final_ms: Percentiles
     cache_hit_ms: Percentiles
@@ -146,8 +154,7 @@ class _Recorder:
         if self.window_open and self.first_draft is None:
             self.first_draft = time.perf_counter()
 
-    def status(self, params: Any) -> None:
-        params = _plain(params)
+    def status(self, params: dict[str, Any]) -> None:
         self.state = params.get("state")
         if not self.window_open:
             return
@@ -156,13 +163,6 @@ class _Recorder:
         elif self.state == "ready" and self.busy_seen and params.get("lastLatencyMs") is not None:
             self.engine_ms = float(params["lastLatencyMs"])
             self.engine_done.set()
-
-
-def _plain(value: Any) -> Any:
-    """pygls hands untyped JSON objects over as namedtuples."""
-    if hasattr(value, "_asdict"):
-        return {k: _plain(v) for k, v in value._asdict().items()}
-    return value
 
 
 async def measure(
@@ -175,57 +175,45 @@ async def measure(
     progress=None,
 ) -> dict[str, list[float] | int]:
     """Drive one server through the session; returns the raw samples."""
-    from lsprotocol import types as lsp
-    from pygls.lsp.client import LanguageClient
-
     recorder = _Recorder()
     ready = asyncio.Event()
-    client = LanguageClient("dgemma-lsp-bench", "1")
+    client = JsonRpcClient()
+    client.on("dgemma/draft", recorder.draft)
 
-    @client.feature("dgemma/draft")
-    def on_draft(ls, params):
-        recorder.draft(params)
-
-    @client.feature("dgemma/status")
-    def on_status(ls, params):
+    def on_status(params: dict[str, Any]) -> None:
         recorder.status(params)
         if recorder.state in ("ready", "error"):
             ready.set()
 
-    @client.feature(lsp.WINDOW_SHOW_MESSAGE)
-    def on_message(ls, params):
-        if progress:
-            progress(f"server: {params.message}")
+    client.on("dgemma/status", on_status)
+    if progress:
+        client.on("window/showMessage", lambda params: progress(f"server: {params['message']}"))
 
-    await client.start_io(*command)
+    await client.start(*command)
     samples: dict[str, Any] = {"final": [], "first_draft": [], "cache_hit": [], "overhead": [], "engine": [],
                                "cache_hits": 0, "loop_stall": [], "encoded": []}
     try:
-        await asyncio.wait_for(
-            client.initialize_async(lsp.InitializeParams(
-                capabilities=lsp.ClientCapabilities(
-                    general=lsp.GeneralClientCapabilities(position_encodings=[lsp.PositionEncodingKind.Utf16]),
-                ),
-                initialization_options=settings,
-                root_uri=file.parent.as_uri(),
-            )),
-            START_TIMEOUT_S,
-        )
-        client.initialized(lsp.InitializedParams())
+        await asyncio.wait_for(client.request("initialize", {
+            "processId": os.getpid(),
+            "capabilities": {"general": {"positionEncodings": ["utf-16"]}},
+            "initializationOptions": settings,
+            "rootUri": file.parent.as_uri(),
+        }), START_TIMEOUT_S)
+        client.notify("initialized", {})
         await asyncio.wait_for(ready.wait(), START_TIMEOUT_S)
         if recorder.state == "error":
             raise RuntimeError("the server's model failed to load")
 
         text = file.read_text(encoding="utf-8")
         uri = file.resolve().as_uri()
-        client.text_document_did_open(lsp.DidOpenTextDocumentParams(
-            text_document=lsp.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)))
+        client.notify("textDocument/didOpen", {
+            "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
         line, indent = typing_point(text)
 
         async def server_stats() -> dict[str, Any]:
-            result = await asyncio.wait_for(client.workspace_execute_command_async(
-                lsp.ExecuteCommandParams(command=STATS_COMMAND, arguments=[])), REQUEST_TIMEOUT_S)
-            return _plain(result) or {}
+            result = await asyncio.wait_for(client.request("workspace/executeCommand", {
+                "command": STATS_COMMAND, "arguments": []}), REQUEST_TIMEOUT_S)
+            return result or {}
 
         await server_stats()  # starts the server's loop monitor
         lines = text.split("\n")
@@ -233,24 +221,21 @@ async def measure(
         script = _keystroke_script(indent, warmup + keystrokes)
 
         async def complete() -> None:
-            params = lsp.InlineCompletionParams(
-                text_document=lsp.TextDocumentIdentifier(uri=uri),
-                position=lsp.Position(line=row, character=column),
-                context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Automatic),
-            )
-            await asyncio.wait_for(client.text_document_inline_completion_async(params), REQUEST_TIMEOUT_S)
+            await asyncio.wait_for(client.request("textDocument/inlineCompletion", {
+                "textDocument": {"uri": uri},
+                "position": {"line": row, "character": column},
+                "context": {"triggerKind": AUTOMATIC_TRIGGER},
+            }), REQUEST_TIMEOUT_S)
 
         for index, typed in enumerate(script):
             version += 1
-            change = lsp.TextDocumentContentChangePartial(
-                range=lsp.Range(lsp.Position(line=row, character=column), lsp.Position(line=row, character=column)),
-                text=typed,
-            )
+            at = {"line": row, "character": column}
             recorder.open()
             started = time.perf_counter()
-            client.text_document_did_change(lsp.DidChangeTextDocumentParams(
-                text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[change]))
+            client.notify("textDocument/didChange", {
+                "textDocument": {"uri": uri, "version": version},
+                "contentChanges": [{"range": {"start": at, "end": at}, "text": typed}],
+            })
             if typed.startswith("\n"):
                 row, column = row + 1, len(typed) - 1
             else:
@@ -284,8 +269,8 @@ async def measure(
                 samples["cache_hit"].append(hit_ms)
             if progress and (index - warmup + 1) % 50 == 0:
                 progress(f"latency: {index - warmup + 1}/{keystrokes} keystrokes")
-        await asyncio.wait_for(client.shutdown_async(None), REQUEST_TIMEOUT_S)
-        client.exit(None)
+        await asyncio.wait_for(client.request("shutdown"), REQUEST_TIMEOUT_S)
+        client.notify("exit")
     finally:
         await client.stop()
     return samples
@@ -319,6 +304,7 @@ def run_benchmark(
     max_tokens: int = 32,
     device: str | None = None,
     dtype: str | None = None,
+    layout: str | None = None,
     progress=None,
 ) -> LatencyReport:
     generated = None
@@ -332,6 +318,8 @@ def run_benchmark(
     settings = {"drafts": True, "status": True, "debounceMs": 0, "maxTokens": max_tokens, "seed": 0}
     if steps is not None:
         settings["steps"] = steps
+    if layout is not None:
+        settings["promptLayout"] = layout
     fd, log_file = tempfile.mkstemp(prefix="dgemma-bench-", suffix=".log")
     os.close(fd)
     try:
@@ -355,6 +343,7 @@ def run_benchmark(
         keystrokes=keystrokes,
         steps=steps,
         max_tokens=max_tokens,
+        prompt_layout=layout,
         first_draft_ms=percentiles(samples["first_draft"]),
         final_ms=percentiles(samples["final"]),
         cache_hit_ms=hit,
@@ -411,12 +400,15 @@ def add_arguments(parser) -> None:
     parser.add_argument("--steps", type=int, default=8,
                         help="denoising steps the server uses (small: this measures the server, not the model)")
     parser.add_argument("--max-tokens", type=int, default=32, help="answer length cap (one tiny-model canvas)")
+    parser.add_argument("--layout", choices=("natural", "suffix-first"), default=None,
+                        help="the server's promptLayout (default: its own)")
 
 
 def run_from_args(args) -> LatencyReport:
     return run_benchmark(args.model or "tiny", file=args.file, lines=getattr(args, "lines", None),
                          keystrokes=args.keystrokes, steps=args.steps,
-                         max_tokens=args.max_tokens, device=args.device, dtype=args.dtype, progress=say)
+                         max_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
+                         layout=getattr(args, "layout", None), progress=say)
 
 
 def run(args) -> int:

@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit(f"dgemma-lsp: --tcp wants HOST:PORT, got {args.tcp!r}")
         server.start_tcp(host, int(port))
     else:
-        server.start_io()
+        from .stdio import serve_stdio
+
+        serve_stdio(server)
     # pygls swallows the SystemExit of `exit`; the LSP rule: 0 after shutdown, 1 otherwise.
     return 0 if server.shutdown_requested else 1

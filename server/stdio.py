@@ -1,0 +1,84 @@
+"""The language server on stdin/stdout, reading stdin with asyncio's own pipe transport.
+
+pygls 2.1's `start_io` reads stdin through `loop.run_in_executor(readline)`: every
+header line and every body is a round trip through a thread pool, three thread hops
+per message, each of which waits for the GIL while the syntax worker parses. Per
+keystroke (a didChange and an inline completion request) that was ~0.8 ms before the
+request even reached its handler. Here stdin is an `asyncio.StreamReader` on the
+event loop (no thread), handed to pygls' own public message loop (`run_async`), so
+framing, decoding and dispatch stay pygls'.
+
+The native reader needs stdin to be a pipe or a socket that is not also stdout:
+connecting a transport makes the file non-blocking, and a terminal or pty shared
+with stdout would then fail writes with EAGAIN. Anything else (a terminal, a regular
+file, Windows' console) falls back to pygls' threaded reader. Knows pygls' I/O
+surface; nothing of LSP features.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+import sys
+import threading
+
+from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
+
+log = logging.getLogger(__name__)
+
+READ_LIMIT = 1 << 20
+"""Longest header line asyncio's reader accepts (bodies are read with readexactly, unbounded)."""
+
+
+def native_stdin_possible(stdin_fd: int, stdout_fd: int) -> bool:
+    """Whether stdin can get an asyncio pipe transport without touching stdout's blocking mode."""
+    try:
+        stdin_stat, stdout_stat = os.fstat(stdin_fd), os.fstat(stdout_fd)
+    except OSError:
+        return False
+    if not (stat.S_ISFIFO(stdin_stat.st_mode) or stat.S_ISSOCK(stdin_stat.st_mode)):
+        return False
+    return (stdin_stat.st_dev, stdin_stat.st_ino) != (stdout_stat.st_dev, stdout_stat.st_ino)
+
+
+async def _native_reader(stdin) -> asyncio.StreamReader | None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=READ_LIMIT)
+    try:
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
+    except (OSError, ValueError, NotImplementedError) as error:  # e.g. Windows' selector loop
+        log.info("stdin through pygls' threaded reader: %s", error)
+        return None
+    return reader
+
+
+def serve_stdio(server, stdin=None, stdout=None) -> None:
+    """What pygls' `start_io` does, with stdin read on the event loop where possible."""
+    stdin = stdin or sys.stdin.buffer
+    stdout = stdout or sys.stdout.buffer
+    # LanguageServer.shutdown() (the `exit` path) sets this event to end the message loop.
+    server._stop_event = threading.Event()
+    server.protocol.set_writer(StdoutWriter(stdout))
+
+    async def main() -> None:
+        reader = None
+        if native_stdin_possible(stdin.fileno(), stdout.fileno()):
+            reader = await _native_reader(stdin)
+        if reader is None:
+            reader = StdinAsyncReader(stdin, server.thread_pool)
+        try:
+            await run_async(stop_event=server._stop_event, reader=reader, protocol=server.protocol, logger=log,
+                            error_handler=server.report_server_error)
+        except asyncio.IncompleteReadError:  # stdin closed in the middle of a message: the client is gone
+            log.error("stdin closed in the middle of a message; shutting down")
+
+    try:
+        asyncio.run(main())
+    except BrokenPipeError:
+        log.error("the connection to the client is lost; shutting down")
+    except (KeyboardInterrupt, SystemExit):
+        pass
+    finally:
+        server.shutdown()

@@ -5,7 +5,8 @@ or (through the scheduler) plan + denoise + finish with the engine's pipeline,
 then map each candidate to a `Suggestion` (text + the span it replaces). Planning,
 context and finishing run on the documents' syntax worker, never on the event loop;
 finishing validates against a snapshot of the syntax taken when the request was
-planned (trees copied in O(1)), so a document that moved on meanwhile costs nothing.
+planned (trees copied in O(1)), so a document that moved on meanwhile costs nothing;
+the enclosing definition it validates against is parsed while the engine denoises.
 When the editor's completion popup has an item selected, the infill is computed
 for the text *as if that item were accepted*, and each suggestion starts with
 the item's text and replaces the item's range: that is what editors require
@@ -27,6 +28,7 @@ from dgemma_lsp.engine.api import Draft
 from dgemma_lsp.engine.client import EngineClient, EngineUnavailableError
 from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import (
+    candidate_checker,
     finish_candidates,
     finish_draft,
     finish_rewrite,
@@ -148,6 +150,8 @@ class Completer:
                 prepared, frozen = await document.in_worker(prepare)
             else:
                 prepared, frozen = await document.worker.run(lambda: prepare(None))
+            # The first parse of the enclosing definition, on the worker while the engine denoises.
+            checker = document.worker.run(lambda: candidate_checker(prepared, frozen))
 
             def draft(step: Draft) -> None:
                 if on_draft is not None:
@@ -164,7 +168,8 @@ class Completer:
                 log.warning("completion failed: %s", error)
                 return []
             self.encoded_tokens.append(result.prompt_tokens - result.cached_prompt_tokens)
-            candidates = await document.worker.run(lambda: finish_candidates(prepared, frozen, result))
+            ready_checker = await checker
+            candidates = await document.worker.run(lambda: finish_candidates(prepared, frozen, result, ready_checker))
             self.cache.store(uri, target.text, target.offset, wanted, candidates,
                              revision=revision if selected is None else None)
             return [_suggestion(target, c.text, c.replace_chars) for c in candidates[:wanted]]

@@ -23,7 +23,7 @@ from .context import build_context
 from .document import SyntaxDocument
 from .planning import plan_hole
 from .postprocess import finish_text, strip_markdown_fences
-from .validation import rank_candidates
+from .validation import CandidateChecker, rank_candidates
 
 DEFAULT_CONTEXT_TOKENS = 2048
 """Prefix + suffix + preamble budget. The real model has a 256K window, but every
@@ -65,8 +65,12 @@ def finish_draft(prepared: PreparedInfill, raw_text: str) -> str:
     return finish_text(raw_text, prepared.context, prepared.plan).text
 
 
-def finish_candidates(prepared: PreparedInfill, doc: SyntaxDocument, result: DenoiseResult) -> list[Candidate]:
-    """Post-process every raw candidate, drop empty or duplicate ones, then rank by syntax and confidence."""
+def finish_candidates(
+    prepared: PreparedInfill, doc: SyntaxDocument, result: DenoiseResult, checker: CandidateChecker | None = None
+) -> list[Candidate]:
+    """Post-process every raw candidate, drop empty or duplicate ones, then rank by syntax and confidence.
+
+    `checker`: `candidate_checker(prepared, doc)`, built while the engine ran (optional)."""
     finished: list[Candidate] = []
     seen: set[tuple[str, int]] = set()
     for raw in result.candidates:
@@ -77,7 +81,12 @@ def finish_candidates(prepared: PreparedInfill, doc: SyntaxDocument, result: Den
         finished.append(
             Candidate(text=done.text, confidence=raw.confidence, replace_chars=done.replace_chars)
         )
-    return rank_candidates(doc, prepared.offset, finished)
+    return rank_candidates(doc, prepared.offset, finished, checker)
+
+
+def candidate_checker(prepared: PreparedInfill, doc: SyntaxDocument) -> CandidateChecker | None:
+    """What `finish_candidates` needs from the document alone: build it while the engine denoises."""
+    return None if doc.tree is None else CandidateChecker.at_line_end(doc, prepared.offset)
 
 
 def prepare_rewrite(

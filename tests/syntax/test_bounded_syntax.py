@@ -22,7 +22,7 @@ from dgemma_lsp.engine.syntax.document import REGION_BYTES, SyntaxDocument
 from dgemma_lsp.engine.syntax.languages import parser_for
 from dgemma_lsp.engine.syntax.planning import plan_hole
 from dgemma_lsp.engine.syntax.postprocess import finish_text
-from dgemma_lsp.engine.syntax.validation import count_syntax_errors, rank_candidates
+from dgemma_lsp.engine.syntax.validation import CandidateChecker, count_syntax_errors, rank_candidates
 
 NO_TIME = 0.0
 """No time for a whole-document parse: every change parses its region only."""
@@ -161,6 +161,21 @@ def test_validation_on_the_definition_matches_the_whole_document(language, case,
     answer, ranked, whole = _verdicts(language, case, region_bytes)
     assert ranked == whole
     assert ranked[answer] is True
+
+
+@pytest.mark.parametrize(("language", "case"), ANSWERED_CASES)
+def test_a_checker_built_before_the_answer_gives_the_whole_documents_verdicts(language, case):
+    """The server builds CandidateChecker.at_line_end while the engine runs, before any
+    candidate exists; checking each variant with it gives the whole document's verdict."""
+    doc, offset = _open(language, case["doc"])
+    plan = plan_hole(doc, offset)
+    finished = finish_text(case["raw"], build_context(doc, offset, plan, 2048), plan)
+    checker = CandidateChecker.at_line_end(doc, offset)
+    candidates = [Candidate(text=text, confidence=1.0, replace_chars=finished.replace_chars)
+                  for text in dict.fromkeys(_variants(finished.text))]
+    assert all(checker.covers(doc, offset, c) for c in candidates)
+    ranked = {c.text: c.syntax_ok for c in rank_candidates(doc, offset, candidates, checker)}
+    assert ranked == {c.text: _whole_document_verdict(doc, offset, c) for c in candidates}
 
 
 def test_the_broken_variants_are_mostly_rejected():

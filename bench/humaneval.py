@@ -106,7 +106,7 @@ class EngineInfiller:
 
     def __init__(
         self, model: str, *, device=None, dtype=None, steps=None, candidates=1, seed=0, max_tokens=256,
-        entropy_bound=None, layout=None,
+        entropy_bound=None, layout=None, t_max=None, t_min=None,
     ) -> None:
         from dgemma_lsp.engine.api import GenerationSettings
         from dgemma_lsp.engine.runtime.service import InfillService
@@ -114,7 +114,7 @@ class EngineInfiller:
         self.service = InfillService(model, device=device, dtype=dtype)
         self.settings = GenerationSettings(
             steps=steps, candidates=candidates, seed=seed, max_tokens=max_tokens, entropy_bound=entropy_bound,
-            prompt_layout=layout,
+            prompt_layout=layout, t_max=t_max, t_min=t_min,
         )
         self.service.load()
 
@@ -222,6 +222,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--entropy-bound", type=float, default=None, help="sampler budget (default: the model's)")
     parser.add_argument("--layout", choices=("natural", "suffix-first"), default=None,
                         help="prompt layout (default: the engine's)")
+    parser.add_argument("--t-max", type=float, default=None, help="temperature at the first step (default: the model's)")
+    parser.add_argument("--t-min", type=float, default=None, help="temperature at the last step (default: the model's)")
     parser.add_argument("--candidates", type=int, default=1, help="canvases per problem; the top-ranked one is scored")
     parser.add_argument("--max-tokens", type=int, default=256, help="answer length cap (whole canvases)")
     parser.add_argument("--seed", type=int, default=0)
@@ -249,7 +251,8 @@ def run_from_args(args) -> HumanEvalReport:
     if args.middle == "model":
         infill = EngineInfiller(args.model, device=args.device, dtype=args.dtype, steps=args.steps,
                                 candidates=args.candidates, seed=args.seed, max_tokens=args.max_tokens,
-                                entropy_bound=getattr(args, "entropy_bound", None), layout=getattr(args, "layout", None))
+                                entropy_bound=getattr(args, "entropy_bound", None), layout=getattr(args, "layout", None),
+                                t_max=getattr(args, "t_max", None), t_min=getattr(args, "t_min", None))
     return evaluate(problems, args.middle, infill=infill, model=args.model, subset=args.subset,
                     timeout_s=args.timeout, progress=say)
 

@@ -61,3 +61,33 @@ def test_fim_tokens_are_used_when_the_tokenizer_has_them():
     ids = prompts.build(InfillContext(prefix="a\nb", suffix="c"))
     text = prompts.tokenizer.decode(ids.all)
     assert text == "<|fim_prefix|>a\nb<|fim_suffix|>c<|fim_middle|>"
+
+
+def test_suffix_first_keeps_the_suffix_in_the_stable_part_while_typing():
+    prompts = builder()
+    suffix = " + 1\n    return y\n\nprint(f(2))\n"
+    natural = [prompts.build(InfillContext(prefix=f"def f(x):\n    y = {typed}", suffix=suffix))
+               for typed in ("x", "x *", "x * 2")]
+    first = [prompts.build(InfillContext(prefix=f"def f(x):\n    y = {typed}", suffix=suffix), layout="suffix-first")
+             for typed in ("x", "x *", "x * 2")]
+    assert len({tuple(p.stable) for p in first}) == 1  # a keystroke on the line changes only the tail
+    assert max(len(p.tail) for p in first) < min(len(p.tail) for p in natural)  # the suffix left the tail
+    text = prompts.tokenizer.decode(first[-1].all)
+    assert text.index("print(f(2))") < text.index("def f(x):") < text.index(f"y = x * 2{CURSOR_MARKER} + 1")
+    assert text.endswith("<|turn>model\n")
+
+
+def test_a_rewrite_is_laid_out_naturally_whatever_the_layout():
+    prompts = builder()
+    context = InfillContext(prefix="def f(x):\n    ", suffix="\n    return y\n")
+    assert (prompts.build(context, rewrite=True, layout="suffix-first")
+            == prompts.build(context, rewrite=True, layout="natural"))
+
+
+def test_the_layout_setting_reaches_the_engine_and_bad_values_are_refused():
+    from dgemma_lsp.server.settings import ServerSettings, decode_settings
+
+    settings, problems = decode_settings({"promptLayout": "suffix-first"})
+    assert not problems and settings.generation(1).prompt_layout == "suffix-first"
+    settings, problems = decode_settings({"promptLayout": "backwards"})
+    assert problems and settings.prompt_layout == ServerSettings().prompt_layout

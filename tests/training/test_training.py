@@ -172,3 +172,14 @@ def test_a_run_resumes_where_it_stopped_and_its_model_loads(tmp_path):
         capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["steps"] == 2
+
+
+def test_a_recipe_can_mix_in_the_suffix_first_layout(tokenizer):
+    file = CodeFile(source="sample", path="sample.py", language="python", text=SAMPLE)
+    natural = ExampleMaker(tokenizer, 32, max_prompt_tokens=512, context_tokens=(64, 256))
+    mixed = ExampleMaker(tokenizer, 32, max_prompt_tokens=512, context_tokens=(64, 256), suffix_first_share=0.5)
+    suffix_first = [e for seed in range(40) if (e := mixed.make(file, random.Random(seed)))
+                    and "The code after the line with <CURSOR>" in tokenizer.decode(e.prompt_ids)]
+    assert 5 <= len(suffix_first) <= 35  # about half, where the hole has code after its line
+    assert not [e for seed in range(40) if (e := natural.make(file, random.Random(seed)))
+                and "The code after the line" in tokenizer.decode(e.prompt_ids)]

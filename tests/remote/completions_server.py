@@ -91,7 +91,8 @@ class VerbatimPrompt:
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
 
-    def build(self, context: InfillContext, *, rewrite: bool = False, original: str | None = None) -> PromptIds:
+    def build(self, context: InfillContext, *, rewrite: bool = False, original: str | None = None,
+              layout: str | None = None) -> PromptIds:
         ids = self.tokenizer(context.prefix, add_special_tokens=False)["input_ids"]
         return PromptIds(stable=[], tail=ids)
 

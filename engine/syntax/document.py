@@ -423,9 +423,10 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def byte_range(source: bytes, start: int, end: int) -> tree_sitter.Range:
     """A tree-sitter Range for bytes [start, end) of `source`, with its (row, byte column) points."""
-    return tree_sitter.Range(_point(source, start), _point(source, end), start, end)
+    return tree_sitter.Range(byte_point(source, start), byte_point(source, end), start, end)
 
 
-def _point(source: bytes, byte: int) -> tuple[int, int]:
+def byte_point(source: bytes, byte: int) -> tuple[int, int]:
+    """(row, byte column) of byte offset `byte` in `source`, as tree-sitter counts them."""
     line_start = source.rfind(b"\n", 0, byte) + 1
     return source.count(b"\n", 0, byte), byte - line_start

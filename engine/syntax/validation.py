@@ -21,7 +21,7 @@ import msgspec
 import tree_sitter
 
 from ..api import Candidate
-from .document import SyntaxDocument, byte_range
+from .document import SyntaxDocument, byte_point, byte_range
 
 
 def count_syntax_errors(tree: tree_sitter.Tree) -> int:
@@ -88,26 +88,14 @@ class CandidateChecker:
                  for i, (s, e) in enumerate(self.ranges)]
         edited = self.tree.copy()
         edited.edit(start_byte=at, old_end_byte=old_end, new_end_byte=new_end,
-                    start_point=_point(doc.source, at), old_end_point=_point(doc.source, old_end),
-                    new_end_point=_point(source, new_end))
+                    start_point=byte_point(doc.source, at), old_end_point=byte_point(doc.source, old_end),
+                    new_end_point=byte_point(source, new_end))
         self.parser.included_ranges = [byte_range(source, start, end) for start, end in moved]
         return count_syntax_errors(self.parser.parse(source, edited))
 
     def syntax_ok(self, candidate: Candidate) -> bool:
         """Whether the candidate adds no ERROR/MISSING nodes to its definition."""
         return self.errors_with(candidate) <= self.baseline
-
-
-def _point(source: bytes, at: int) -> tuple[int, int]:
-    """(row, byte column) of byte offset `at`, as tree-sitter counts them."""
-    return source.count(b"\n", 0, at), at - (source.rfind(b"\n", 0, at) + 1)
-
-
-def check_candidate(doc: SyntaxDocument, offset: int, candidate: Candidate) -> bool | None:
-    """Whether inserting the candidate adds no ERROR/MISSING nodes to its definition; None without a grammar."""
-    if doc.tree is None:
-        return None
-    return CandidateChecker(doc, offset, candidate.replace_chars).syntax_ok(candidate)
 
 
 def rank_candidates(

@@ -47,6 +47,11 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         "--compile", default=None, choices=["auto", "on", "off"],
         help="denoising steps as CUDA graph replays (auto: on for CUDA); passed to the engine as DGEMMA_LSP_COMPILE",
     )
+    parser.add_argument(
+        "--cpu-threads", type=int, default=None, metavar="N",
+        help="torch CPU threads of the engine that serves the editor (default: all cores but one); "
+             "passed to the engine as DGEMMA_LSP_CPU_THREADS",
+    )
 
 
 def _add_logging_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.compile is not None:
         # Through the environment, so an engine daemon this process spawns inherits it too.
         os.environ["DGEMMA_LSP_COMPILE"] = args.compile
+    if getattr(args, "cpu_threads", None) is not None:
+        os.environ["DGEMMA_LSP_CPU_THREADS"] = str(args.cpu_threads)
     if args.command is None:
         from . import serve
 

@@ -7,7 +7,11 @@ rebuilt), then queued for the syntax worker. The worker owns every `SyntaxDocume
 keystrokes costs one reparse: `SyntaxDocument.edit` per change, one `reparse`), and
 runs the jobs the completions ask for (plan, context, finishing) after the changes
 their request saw, never later ones. When a bounded reparse left a document `stale`,
-the worker catches up in its free time and stops as soon as anything else waits.
+the worker catches up in its free time: once the client has sent nothing for QUIET_S,
+and it stops as soon as a job waits or the client speaks again. (Tree-sitter holds
+the GIL while it parses and hands it over only between progress callbacks, after the
+switch interval: a catch-up running while the loop handles a keystroke would make the
+loop wait for the GIL at every step of that keystroke.)
 
 One thread for all documents: tree-sitter holds the GIL while it parses, so more
 threads would not parse in parallel, and one owner per tree needs no locks on it.
@@ -24,24 +28,26 @@ import logging
 import queue
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
+from dgemma_lsp.engine.syntax.history import ChangeHistory
 
 from .positions import Encoding, LineIndex, PositionError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-_HISTORY = 256
-"""How many recent changes `OpenDocument.unchanged_since` can look back over."""
 GIL_SWITCH_S = 0.001
 """The interpreter's switch interval once the worker runs (default 5 ms): how long the event
 loop may wait for the GIL while the worker parses (tree-sitter's progress callback is where
 the worker gives it up). A process-wide setting, set here because this thread is why."""
+QUIET_S = 0.25
+"""Background work (a stale document's catch-up) starts once the client has been quiet this long."""
 
 
 class UnknownDocumentError(KeyError):
@@ -57,11 +63,28 @@ class SyntaxWorker:
     def __init__(self) -> None:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
+        self._client_spoke_at = 0.0
+        self._job_arrived = threading.Event()
+
+    def client_spoke(self) -> None:
+        """The event loop got a message from the client: background work yields until it is quiet."""
+        self._client_spoke_at = time.monotonic()
 
     @property
     def busy(self) -> bool:
-        """Whether a job is waiting (a long job should stop and let it run)."""
-        return not self._jobs.empty()
+        """Whether background work should stop: a job waits, or the client spoke within QUIET_S."""
+        return not self._jobs.empty() or time.monotonic() - self._client_spoke_at < QUIET_S
+
+    def wait_for_quiet(self) -> bool:
+        """On the worker: wait (GIL released) until the client has been quiet for QUIET_S;
+        False when a job arrived first (background work goes behind it)."""
+        while self._jobs.empty():
+            left = QUIET_S - (time.monotonic() - self._client_spoke_at)
+            if left <= 0:
+                return True
+            self._job_arrived.wait(left)
+            self._job_arrived.clear()  # a job put meanwhile is still seen by the empty() check
+        return False
 
     def run(self, job: Callable[[], T]) -> asyncio.Future[T]:
         """Run `job` on the worker; the future resolves on the calling event loop."""
@@ -85,6 +108,7 @@ class SyntaxWorker:
             self._thread = threading.Thread(target=self._serve, name="dgemma-syntax", daemon=True)
             self._thread.start()
         self._jobs.put(item)
+        self._job_arrived.set()
 
     def _serve(self) -> None:
         while (item := self._jobs.get()) is not None:
@@ -133,8 +157,7 @@ class OpenDocument:
     """[target revision, started] of the latest sync job while changes may still join it: until
     it starts, or until a job that must not see later changes is queued behind it."""
     _catch_up_posted: bool = False
-    _changes: deque = field(default_factory=lambda: deque(maxlen=_HISTORY))
-    _history_floor: int = 0
+    _history: ChangeHistory = field(default_factory=ChangeHistory)
 
     @property
     def text(self) -> str:
@@ -154,14 +177,14 @@ class OpenDocument:
         lines = self.lines.copy()
         if start is None:
             lines = LineIndex(new_text)
-            self._changes.clear()
-            self._history_floor = self.revision + 1
         else:
             lines.apply_change(start, end, new_text)
         self.lines = lines
         self.revision += 1
-        if start is not None:
-            self._changes.append((self.revision, start, len(self.lines.text) - start - len(new_text)))
+        if start is None:
+            self._history.reset(self.revision)
+        else:
+            self._history.record(self.revision, start, len(self.lines.text) - start - len(new_text))
         self._queue(start, end, new_text)
 
     def _queue(self, start: int | None, end: int, new_text: str) -> None:
@@ -176,16 +199,9 @@ class OpenDocument:
 
     def unchanged_since(self, revision: int) -> tuple[int, int] | None:
         """(head, tail): chars at the start and at the end of the text that no change since
-        `revision` touched; None when that is further back than the remembered history."""
-        if revision < self._history_floor or (
-            len(self._changes) == _HISTORY and self._changes[0][0] > revision + 1
-        ):
-            return None
-        head = tail = len(self.lines.text)
-        for rev, start, tail_len in self._changes:
-            if rev > revision:
-                head, tail = min(head, start), min(tail, tail_len)
-        return head, tail
+        `revision` touched; None when that is further back than the remembered history.
+        Cheapest asked newest revision first (see `ChangeHistory`)."""
+        return self._history.unchanged_since(revision, len(self.lines.text))
 
     def in_worker(self, job: Callable[[SyntaxDocument], T]) -> asyncio.Future[T]:
         """Run `job` on the worker, on this document's syntax as of now (not any later change)."""
@@ -243,7 +259,9 @@ class OpenDocument:
         self._catch_up_posted = False
         if self._syntax is None or self._pending:
             return  # the sync job posted with those changes will try again
-        if not self._syntax.catch_up(lambda: self.worker.busy or bool(self._pending)):
+        if not self.worker.wait_for_quiet() or not self._syntax.catch_up(
+            lambda: self.worker.busy or bool(self._pending)
+        ):
             self._post_catch_up()  # behind the job that interrupted it
 
 

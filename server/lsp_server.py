@@ -69,6 +69,7 @@ class DGemmaProtocol(LanguageServerProtocol):
     which leaves the editor waiting forever. Answering needs `_send_response`, which
     has no public twin: pyproject.toml pins pygls to 2.1.x for it (tests/server
     send malformed params and see the answer, so an upgrade that breaks it fails there).
+    Every message also tells the syntax worker the client spoke (`SyntaxWorker.client_spoke`).
     """
 
     def structure_message(self, data: dict[str, Any]):
@@ -91,6 +92,7 @@ class DGemmaProtocol(LanguageServerProtocol):
             return _ANSWERED
 
     def handle_message(self, message):
+        self._server.documents.worker.client_spoke()  # background syntax work yields to this message
         if message is _ANSWERED:
             return
         super().handle_message(message)
@@ -454,6 +456,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.scheduler.cancel_all()
         ls.loop_monitor.stop()
         ls.documents.worker.close()
+        ls.stats.close()
         ls._closing = asyncio.ensure_future(ls.engine.close())
 
     return server

@@ -116,6 +116,8 @@ class _Entry:
     """The document's revision at the request, when the text was the document's (not virtual)."""
     requested: int
     candidates: tuple[Candidate, ...]
+    longest: int
+    """Chars of the longest candidate: a cursor this far past `cursor` or more cannot hit."""
 
 
 UnchangedSince = Callable[[int], "tuple[int, int] | None"]
@@ -168,7 +170,8 @@ class CompletionCache:
                 del self._entries[k]
         self._serial += 1
         self._entries[(key, self._serial)] = _Entry(
-            offset, suffix_len, prefix_hash, suffix_hash, revision, requested, tuple(candidates)
+            offset, suffix_len, prefix_hash, suffix_hash, revision, requested, tuple(candidates),
+            max((len(c.text) for c in candidates), default=0),
         )
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
@@ -197,6 +200,8 @@ class CompletionCache:
             cursor = entry.cursor
             if entry.requested < wanted or entry.suffix_len != suffix_len or cursor > offset:
                 continue
+            if cursor < offset and offset - cursor >= entry.longest:
+                continue  # typed past the end of every candidate: checked before any history or hash
             intact = None
             if unchanged_since is not None and entry.revision is not None:
                 untouched = unchanged_since(entry.revision)

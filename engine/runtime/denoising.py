@@ -140,8 +140,11 @@ class DenoisingRuntime:
 
     @classmethod
     def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False, compile=None,
-             progress=None):
-        """`progress(done, total)` runs after each checkpoint shard (loading.load_model_and_tokenizer)."""
+             progress=None, cpu_threads: int | None = None):
+        """`progress(done, total)` runs after each checkpoint shard (loading.load_model_and_tokenizer);
+        `cpu_threads` sets torch's intra-op threads for this process (None: leave torch's default)."""
+        if cpu_threads is not None:
+            torch.set_num_threads(cpu_threads)
         model, tokenizer, device = load_model_and_tokenizer(
             spec, device=device, dtype=dtype, quantization=quantization, allow_download=allow_download,
             progress=progress,

@@ -15,6 +15,7 @@ same error at once); `reload` retries now (the `dgemma.reloadModel` command).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,29 @@ DraftCallback = Callable[[Draft], None]
 FIRST_RETRY_S = 5.0
 """Seconds after a failed load before a request may try again; doubles per failure."""
 LONGEST_RETRY_S = 300.0
+CPU_THREADS_ENV = "DGEMMA_LSP_CPU_THREADS"
+
+
+def serving_cpu_threads() -> int:
+    """Torch CPU threads for an engine that serves an editor: $DGEMMA_LSP_CPU_THREADS, else all
+    cores but one.
+
+    The spare core is the editor's and the language server's. Torch's default (every core)
+    leaves its OpenMP threads spinning on all of them between operations, so on a small
+    machine each hop of a keystroke (editor -> server -> engine and back) waits for a core.
+    On the 2-core development machine one thread denoises the tiny model as fast as two
+    (bench/RESULTS.md).
+    """
+    chosen = os.environ.get(CPU_THREADS_ENV, "").strip()
+    if chosen:
+        try:
+            threads = int(chosen)
+        except ValueError:
+            raise EngineError(f"{CPU_THREADS_ENV} must be a whole number of threads, got {chosen!r}") from None
+        if threads < 1:
+            raise EngineError(f"{CPU_THREADS_ENV} must be at least 1, got {threads}")
+        return threads
+    return max(1, (os.cpu_count() or 2) - 1)
 
 
 class InfillService:
@@ -41,8 +65,11 @@ class InfillService:
         quantization: str = "none",
         allow_download: bool = False,
         first_retry_s: float = FIRST_RETRY_S,
+        cpu_threads: int | None = None,
     ) -> None:
         self.model_spec = model
+        self._cpu_threads = cpu_threads
+        """Torch intra-op threads once loaded (`serving_cpu_threads`); None: torch's default."""
         self._device = device
         self._dtype = dtype
         self._quantization = quantization
@@ -94,6 +121,7 @@ class InfillService:
                     quantization=self._quantization,
                     allow_download=self._allow_download,
                     progress=self._loaded_shards,
+                    cpu_threads=self._cpu_threads,
                 )
             except Exception as error:  # noqa: BLE001 - any failure of the set-up is a failed load
                 raise self._failed(error) from None

@@ -29,16 +29,14 @@ Knows nothing of cursors, holes, tokens or LSP.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 import tree_sitter
 
+from .history import ChangeHistory
 from .languages import normalize_language, parser_for
 
-_HISTORY = 256
-"""How many recent changes `unchanged_since` can look back over."""
 KEYSTROKE_PARSE_BUDGET_S = 0.002
 """The language server's budget for one reparse (the per-keystroke target is 5 ms in all)."""
 REGION_BYTES = 8192
@@ -70,8 +68,7 @@ class SyntaxDocument:
         self.memo: dict[str, Any] = {}
         """Scratch space for derived data other modules cache per document (e.g. the context window);
         they validate it themselves with `revision` / `unchanged_since`."""
-        self._changes: deque[tuple[int, int, int]] = deque(maxlen=_HISTORY)
-        self._history_floor = 0
+        self._history = ChangeHistory()
         self.parse_budget_s = parse_budget_s
         """Time one reparse may take before falling back to the edited region; None: unbounded."""
         self.stale = False
@@ -103,8 +100,7 @@ class SyntaxDocument:
         self.tree = self._full = self._outline = self._parse(self._parser, None) if self._parser is not None else None
         self.stale, self._dirty, self._over_budget = False, None, False
         self.revision += 1
-        self._changes.clear()
-        self._history_floor = self.revision
+        self._history.reset(self.revision)
 
     def apply_change(self, start: int, end: int, new_text: str) -> None:
         """Replace text[start:end] with new_text; edit the tree in place and reparse incrementally."""
@@ -133,7 +129,7 @@ class SyntaxDocument:
         self.text = text[:start] + new_text + text[end:]
         self.source = self.source[:start_byte] + new_bytes + self.source[old_end_byte:]
         self.revision += 1
-        self._changes.append((self.revision, start, tail_len))
+        self._history.record(self.revision, start, tail_len)
         if self._full is not None:
             for tree in (self._full, self._outline) if self._outline is not self._full else (self._full,):
                 tree.edit(
@@ -279,7 +275,7 @@ class SyntaxDocument:
         copy = object.__new__(SyntaxDocument)
         copy.__dict__.update(self.__dict__)
         copy.memo = dict(self.memo)  # derived values, each validated by revision
-        copy._changes = deque(self._changes, maxlen=_HISTORY)
+        copy._history = self._history.copy()
         copy._region_parser = None
         for name in ("tree", "_full", "_outline"):
             tree = getattr(self, name)
@@ -298,16 +294,7 @@ class SyntaxDocument:
     def unchanged_since(self, revision: int) -> tuple[int, int] | None:
         """(head, tail): how many chars at the start and at the end of the text no change since
         `revision` touched; None when that revision is older than the remembered history."""
-        if revision < self._history_floor:
-            return None
-        if self._changes and self._changes[0][0] > revision + 1 and len(self._changes) == _HISTORY:
-            return None
-        head, tail = len(self.text), len(self.text)
-        for rev, start, tail_len in self._changes:
-            if rev > revision:
-                head = min(head, start)
-                tail = min(tail, tail_len)
-        return head, tail
+        return self._history.unchanged_since(revision, len(self.text))
 
     # --- offsets ------------------------------------------------------------------
 
@@ -357,21 +344,23 @@ def _merge_dirty(dirty: tuple[int, int] | None, start: int, old_end: int, new_en
 
 def _top_level_at(root: tree_sitter.Node, byte: int, *, before: bool) -> tree_sitter.Node | None:
     """The root's child that contains `byte`; else its nearest neighbour before (or after) it."""
-    children = root.children
-    if not children:
+    # Bisection over `child(i)`: `root.children` would build a Python node for every top-level
+    # definition of a 10,000-line file, on every keystroke.
+    count = root.child_count
+    if not count:
         return None
-    lo, hi = 0, len(children)
+    lo, hi = 0, count
     while lo < hi:  # the first child ending after `byte`
         mid = (lo + hi) // 2
-        if children[mid].end_byte <= byte:
+        if root.child(mid).end_byte <= byte:
             lo = mid + 1
         else:
             hi = mid
-    if lo < len(children) and children[lo].start_byte <= byte:
-        return children[lo]
+    if lo < count and (child := root.child(lo)).start_byte <= byte:
+        return child
     if before:
-        return children[lo - 1] if lo > 0 else None
-    return children[lo] if lo < len(children) else None
+        return root.child(lo - 1) if lo > 0 else None
+    return root.child(lo) if lo < count else None
 
 
 def _add_head(heads: list[tuple[int, int]], source: bytes, container: tree_sitter.Node, start: int) -> None:

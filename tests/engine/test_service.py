@@ -6,15 +6,17 @@ folder and retrying — after the backoff, or at once with reload — loads it.
 """
 
 import asyncio
+import os
 import shutil
 import time
 
 import pytest
+import torch
 
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
 from dgemma_lsp.engine.client import EngineUnavailableError, InProcessEngineClient
-from dgemma_lsp.engine.runtime.service import InfillService
+from dgemma_lsp.engine.runtime.service import CPU_THREADS_ENV, InfillService, serving_cpu_threads
 from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
 
 REQUEST = DenoiseRequest(
@@ -91,3 +93,25 @@ async def test_in_process_reload_after_a_fix(no_template_folder):
     assert (await client.reload()).state == "ready"
     assert (await client.denoise(REQUEST, lambda draft: None)).candidates
     await client.close()
+
+
+def test_a_serving_engine_leaves_a_core_or_takes_the_threads_it_is_told(monkeypatch):
+    monkeypatch.delenv(CPU_THREADS_ENV, raising=False)
+    assert serving_cpu_threads() == max(1, (os.cpu_count() or 2) - 1)
+    monkeypatch.setenv(CPU_THREADS_ENV, "3")
+    assert serving_cpu_threads() == 3
+    for bad in ("0", "many"):
+        monkeypatch.setenv(CPU_THREADS_ENV, bad)
+        with pytest.raises(errors.EngineError, match=CPU_THREADS_ENV):
+            serving_cpu_threads()
+
+
+def test_the_service_sets_torch_threads_when_it_loads():
+    before = torch.get_num_threads()
+    try:
+        service = InfillService("tiny", cpu_threads=1)
+        service.load()
+        assert torch.get_num_threads() == 1
+        assert service.denoise(REQUEST).candidates
+    finally:
+        torch.set_num_threads(before)

@@ -11,7 +11,7 @@ import threading
 
 from dgemma_lsp.bench.syntax_bench import generate_source
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
-from dgemma_lsp.server.documents import DocumentStore
+from dgemma_lsp.server.documents import QUIET_S, DocumentStore
 
 URI = "file:///big.rs"
 
@@ -89,6 +89,28 @@ async def test_the_event_loop_runs_while_a_big_rust_file_is_parsed():
     ticks, longest, total = await _ticks_while(document.in_worker(lambda syntax: syntax.catch_up()))
     assert longest < max(total / 2, 0.02), (ticks, longest, total)
     assert await document.in_worker(lambda syntax: (syntax.stale, syntax.text)) == (False, document.text)
+    store.worker.close()
+
+
+async def test_a_stale_document_catches_up_only_once_the_client_is_quiet():
+    loop = asyncio.get_running_loop()
+    source = generate_source("rust", 10_000)
+    store = DocumentStore()
+    document = store.open(URI, "rust", 1, source)
+    line = source[: source.find("total", len(source) // 2)].count("\n")
+    store.worker.client_spoke()  # what every LSP message does
+    for i, char in enumerate("result = compute(total"):
+        store.change(URI, 2 + i, [((line, i, line, i), char)], "utf-16")
+    assert await document.in_worker(lambda syntax: syntax.stale)  # the keystrokes parsed their region only
+    for _ in range(int(3 * QUIET_S / 0.05)):  # the client keeps talking: the whole-file parse waits
+        store.worker.client_spoke()
+        await asyncio.sleep(0.05)
+    assert await document.in_worker(lambda syntax: syntax.stale)
+    deadline = loop.time() + 60
+    while await document.in_worker(lambda syntax: syntax.stale):  # quiet now: it catches up
+        assert loop.time() < deadline, "the catch-up never ran"
+        await asyncio.sleep(2 * QUIET_S)
+    assert await document.in_worker(lambda syntax: syntax.text) == document.text
     store.worker.close()
 
 

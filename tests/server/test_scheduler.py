@@ -142,3 +142,22 @@ def test_cache_trusts_the_document_history_and_falls_back_to_hashes():
                                           unchanged_since=history(0, untouched_tail))] == ["+ 1"]
     changed = "D" + typed[1:]
     assert cache.lookup("doc", changed, cursor + 2, 1, unchanged_since=history(0, untouched_tail)) is None
+
+
+def test_cache_skips_an_entry_typed_past_without_asking_the_history():
+    cache = CompletionCache()
+    text = "total = \n"
+    cursor = text.index("= ") + 2
+    cache.store("doc", text, cursor, 1, [candidate("ab")], revision=1)
+    asked: list[int] = []
+
+    def history(revision: int):
+        asked.append(revision)
+        return (cursor, len(text) - cursor)
+
+    typed = text[:cursor] + "a" + text[cursor:]
+    assert [c.text for c in cache.lookup("doc", typed, cursor + 1, 1, unchanged_since=history)] == ["b"]
+    assert asked == [1]
+    past = text[:cursor] + "ab" + text[cursor:]  # the whole candidate typed: nothing left to offer
+    assert cache.lookup("doc", past, cursor + 2, 1, unchanged_since=history) is None
+    assert asked == [1]

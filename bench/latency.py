@@ -17,6 +17,11 @@ Per keystroke it times, from the didChange being sent:
   loopStallMs      the longest time the server's event loop was blocked during the
                    keystroke (its loop monitor, read with the `dgemma.serverStats`
                    command after the keystroke's two requests), {p50, p99, max};
+  loopStallFloorMs with --loop-floor only: the same monitor in a bare event loop beside the
+                   server, read in the same windows (bench/loop_floor.py): what this
+                   machine's scheduler does to any process while the engine computes,
+                   {p50, p99, max}. Off by default: a process waking every millisecond
+                   on two cores adds ~0.5 ms to the overhead's p50 and ~1 ms to its p99;
   encodedTokens    prompt tokens the engine encoded for the request after its prompt
                    cache (the same command).
 Each as {p50, p99} unless said otherwise. `--lines N` types into a generated Python
@@ -43,6 +48,7 @@ from typing import Any
 import msgspec
 
 from .jsonrpc import JsonRpcClient
+from .loop_floor import LoopFloor
 from .report import say
 
 KEYSTROKES = 200
@@ -89,6 +95,9 @@ class LatencyReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Repeated requests answered without the engine (of `keystrokes`)."""
     loop_stall_ms: StallPercentiles
     """Per keystroke, the longest time the server's event loop was blocked."""
+    loop_stall_floor_ms: StallPercentiles | None
+    """Per keystroke, the longest stall of a bare event loop beside the server (the machine's
+    floor); None unless asked for (`--loop-floor`)."""
     encoded_tokens: Percentiles
     """Prompt tokens encoded per request after the engine's prompt cache."""
     targets: dict[str, float]
@@ -172,6 +181,7 @@ async def measure(
     keystrokes: int = KEYSTROKES,
     settings: dict[str, Any],
     warmup: int = 3,
+    loop_floor: bool = False,
     progress=None,
 ) -> dict[str, list[float] | int]:
     """Drive one server through the session; returns the raw samples."""
@@ -191,7 +201,8 @@ async def measure(
 
     await client.start(*command)
     samples: dict[str, Any] = {"final": [], "first_draft": [], "cache_hit": [], "overhead": [], "engine": [],
-                               "cache_hits": 0, "loop_stall": [], "encoded": []}
+                               "cache_hits": 0, "loop_stall": [], "loop_floor": [], "encoded": []}
+    floor = LoopFloor() if loop_floor else None
     try:
         await asyncio.wait_for(client.request("initialize", {
             "processId": os.getpid(),
@@ -216,6 +227,8 @@ async def measure(
             return result or {}
 
         await server_stats()  # starts the server's loop monitor
+        if floor is not None:
+            await floor.start()
         lines = text.split("\n")
         row, column, version = line, len(lines[line]), 1
         script = _keystroke_script(indent, warmup + keystrokes)
@@ -252,8 +265,11 @@ async def measure(
             await recorder.close()
             hit = not recorder.busy_seen
             stats = await server_stats()
+            floor_ms = None if floor is None else await floor.take()
             if index < warmup:
                 continue
+            if floor_ms is not None:
+                samples["loop_floor"].append(floor_ms)
             if stats.get("loopStallMs") is not None:
                 samples["loop_stall"].append(float(stats["loopStallMs"]))
             samples["encoded"].extend(int(n) for n in stats.get("encodedTokens") or ())
@@ -272,6 +288,8 @@ async def measure(
         await asyncio.wait_for(client.request("shutdown"), REQUEST_TIMEOUT_S)
         client.notify("exit")
     finally:
+        if floor is not None:
+            await floor.stop()
         await client.stop()
     return samples
 
@@ -305,6 +323,7 @@ def run_benchmark(
     device: str | None = None,
     dtype: str | None = None,
     layout: str | None = None,
+    loop_floor: bool = False,
     progress=None,
 ) -> LatencyReport:
     generated = None
@@ -324,7 +343,8 @@ def run_benchmark(
     os.close(fd)
     try:
         samples = asyncio.run(measure(server_command(model, device, dtype, log_file), file,
-                                      keystrokes=keystrokes, settings=settings, progress=progress))
+                                      keystrokes=keystrokes, settings=settings, loop_floor=loop_floor,
+                                      progress=progress))
     except Exception:
         tail = Path(log_file).read_text(errors="replace")[-2000:]
         if tail and progress:
@@ -335,8 +355,7 @@ def run_benchmark(
         if generated is not None:
             generated.cleanup()
     overhead, hit = percentiles(samples["overhead"]), percentiles(samples["cache_hit"])
-    stall = percentiles(samples["loop_stall"])
-    stall_max = round(max(samples["loop_stall"]), 3) if samples["loop_stall"] else None
+    stall, floor = _stall_percentiles(samples["loop_stall"]), _stall_percentiles(samples["loop_floor"])
     return LatencyReport(
         model=model,
         file=str(file),
@@ -350,7 +369,8 @@ def run_benchmark(
         server_overhead_ms=overhead,
         engine_ms=percentiles(samples["engine"]),
         cache_hits=samples["cache_hits"],
-        loop_stall_ms=StallPercentiles(stall.p50, stall.p99, stall_max),
+        loop_stall_ms=stall,
+        loop_stall_floor_ms=floor if loop_floor else None,
         encoded_tokens=percentiles(samples["encoded"]),
         targets={"serverOverheadP99": TARGET_OVERHEAD_P99_MS, "cacheHitP99": TARGET_CACHE_HIT_P99_MS,
                  "loopStallP99": TARGET_LOOP_STALL_P99_MS},
@@ -360,6 +380,11 @@ def run_benchmark(
             "loopStallP99": stall.p99 is not None and stall.p99 <= TARGET_LOOP_STALL_P99_MS,
         },
     )
+
+
+def _stall_percentiles(values: list[float]) -> StallPercentiles:
+    p = percentiles(values)
+    return StallPercentiles(p.p50, p.p99, round(max(values), 3) if values else None)
 
 
 def table_rows(report: LatencyReport) -> list[tuple[str, str, str]]:
@@ -384,6 +409,10 @@ def table_rows(report: LatencyReport) -> list[tuple[str, str, str]]:
         (name, "loopStallMs", cell(Percentiles(report.loop_stall_ms.p50, report.loop_stall_ms.p99),
                                    TARGET_LOOP_STALL_P99_MS)
          + ("" if report.loop_stall_ms.max is None else f"  max {report.loop_stall_ms.max:.2f}")),
+        *([] if report.loop_stall_floor_ms is None else [
+            (name, "loopStallFloorMs",
+             cell(Percentiles(report.loop_stall_floor_ms.p50, report.loop_stall_floor_ms.p99))
+             + f"  max {report.loop_stall_floor_ms.max:.2f}  (a bare loop beside the server)")]),
         (name, "encodedTokens", "no samples" if report.encoded_tokens.p50 is None
          else f"p50 {report.encoded_tokens.p50:g}  p99 {report.encoded_tokens.p99:g}"),
     ]
@@ -402,13 +431,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-tokens", type=int, default=32, help="answer length cap (one tiny-model canvas)")
     parser.add_argument("--layout", choices=("natural", "suffix-first"), default=None,
                         help="the server's promptLayout (default: its own)")
+    parser.add_argument("--loop-floor", action="store_true",
+                        help="also measure a bare event loop beside the server (loopStallFloorMs); "
+                             "it perturbs the other figures a little")
 
 
 def run_from_args(args) -> LatencyReport:
     return run_benchmark(args.model or "tiny", file=args.file, lines=getattr(args, "lines", None),
                          keystrokes=args.keystrokes, steps=args.steps,
                          max_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
-                         layout=getattr(args, "layout", None), progress=say)
+                         layout=getattr(args, "layout", None), loop_floor=getattr(args, "loop_floor", False),
+                         progress=say)
 
 
 def run(args) -> int:

@@ -4,7 +4,7 @@ from dgemma_lsp.bench import latency
 
 
 def test_a_short_typing_session_yields_every_figure():
-    report = latency.run_benchmark("tiny", keystrokes=6, steps=2, max_tokens=32)
+    report = latency.run_benchmark("tiny", keystrokes=6, steps=2, max_tokens=32, loop_floor=True)
     assert report.keystrokes == 6
     for figure in (report.final_ms, report.first_draft_ms, report.engine_ms,
                    report.server_overhead_ms, report.cache_hit_ms):
@@ -12,6 +12,8 @@ def test_a_short_typing_session_yields_every_figure():
     assert report.cache_hits == 6  # the repeated request never reached the engine
     stall = report.loop_stall_ms  # read from the server's own loop monitor
     assert stall.p50 is not None and 0 <= stall.p50 <= stall.p99 <= stall.max
+    floor = report.loop_stall_floor_ms  # a bare loop beside the server, read in the same windows
+    assert floor.p50 is not None and 0 <= floor.p50 <= floor.p99 <= floor.max
     assert report.encoded_tokens.p50 is not None and report.encoded_tokens.p50 > 0  # at least the tail
 
 

@@ -1,9 +1,9 @@
 """The machine's floor under `loopStallMs`: the same loop monitor in a bare event loop beside the server.
 
-`bench latency` starts `python -m dgemma_lsp.bench.loop_floor`, a process whose event
+`bench latency` starts `python -m dgemma_lsp.server.loop_monitor`, a process whose event
 loop runs nothing but the server's `LoopMonitor`, and reads it in the same windows as
 the server's own (a line `take` on stdin answers the longest stall in ms since the
-previous one). What the bare loop sees is what this machine's scheduler does to any
+previous one). Like the server itself, it is driven as a process, never imported. What the bare loop sees is what this machine's scheduler does to any
 process while the engine computes (a woken thread waiting for a core), not the
 server's code: the server's figure minus this one is what the server adds.
 """
@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-
-from dgemma_lsp.server.loop_monitor import LoopMonitor
 
 
 class LoopFloor:
@@ -24,7 +22,7 @@ class LoopFloor:
 
     async def start(self) -> None:
         self._process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "dgemma_lsp.bench.loop_floor",
+            sys.executable, "-m", "dgemma_lsp.server.loop_monitor",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
         )
         await self.take()  # the monitor runs once this answers
@@ -40,19 +38,3 @@ class LoopFloor:
         if self._process is not None and self._process.returncode is None:
             self._process.stdin.close()
             await self._process.wait()
-
-
-async def _serve() -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    monitor = LoopMonitor()
-    monitor.start()
-    while await reader.readline():
-        sys.stdout.write(f"{monitor.take()}\n")
-        sys.stdout.flush()
-    monitor.stop()
-
-
-if __name__ == "__main__":
-    asyncio.run(_serve())

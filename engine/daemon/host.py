@@ -340,7 +340,9 @@ class EngineDaemon:
                 job = max(self._queue, key=lambda j: j.order)
                 self._queue.remove(job)
                 self._running = job
-                self._publish()
+                # "busy" goes out once the job is on its way to the engine thread (`_run` hands
+                # it over before it first waits): the status is not on the keystroke's path.
+                loop.call_soon(self._publish)
                 try:
                     await self._run(loop, job)
                 finally:

@@ -21,7 +21,7 @@ import msgspec
 import tree_sitter
 
 from ..api import Candidate
-from .document import SyntaxDocument, byte_point, byte_range
+from .document import SyntaxDocument, byte_points, byte_ranges
 
 
 def count_syntax_errors(tree: tree_sitter.Tree) -> int:
@@ -60,7 +60,10 @@ class CandidateChecker:
         self.start_byte = doc.byte_offset(offset)
         self.ranges = doc.enclosing_ranges(self.start_byte, doc.byte_offset(offset + self.reach))
         self.parser = tree_sitter.Parser(doc.tree.language)
-        self.parser.included_ranges = [byte_range(doc.source, start, end) for start, end in self.ranges]
+        first = self.ranges[0][0]
+        self.known = (first, doc.source.count(b"\n", 0, first))
+        """(byte, row) where the definition starts: the same with any candidate in place (after it)."""
+        self.parser.included_ranges = byte_ranges(doc.source, self.ranges, known=self.known)
         self.tree = self.parser.parse(doc.source)
         self.baseline = count_syntax_errors(self.tree)
         """ERROR/MISSING nodes of the definition as it stands (the hole itself often is one)."""
@@ -87,10 +90,11 @@ class CandidateChecker:
         moved = [(s, e) if i < holder else (s, max(e, old_end) + delta) if i == holder else (s + delta, e + delta)
                  for i, (s, e) in enumerate(self.ranges)]
         edited = self.tree.copy()
+        start_point, old_end_point = byte_points(doc.source, [at, old_end], known=self.known)
+        [new_end_point] = byte_points(source, [new_end], known=self.known)
         edited.edit(start_byte=at, old_end_byte=old_end, new_end_byte=new_end,
-                    start_point=byte_point(doc.source, at), old_end_point=byte_point(doc.source, old_end),
-                    new_end_point=byte_point(source, new_end))
-        self.parser.included_ranges = [byte_range(source, start, end) for start, end in moved]
+                    start_point=start_point, old_end_point=old_end_point, new_end_point=new_end_point)
+        self.parser.included_ranges = byte_ranges(source, moved, known=self.known)
         return count_syntax_errors(self.parser.parse(source, edited))
 
     def syntax_ok(self, candidate: Candidate) -> bool:

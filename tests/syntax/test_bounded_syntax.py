@@ -18,7 +18,7 @@ from test_syntax_properties import LANGUAGES, SEEDS, TEXT, _node_spans
 from dgemma_lsp.bench.syntax_bench import generate_source
 from dgemma_lsp.engine.api import Candidate
 from dgemma_lsp.engine.syntax.context import build_context
-from dgemma_lsp.engine.syntax.document import REGION_BYTES, SyntaxDocument
+from dgemma_lsp.engine.syntax.document import REGION_BYTES, SyntaxDocument, byte_points, byte_ranges
 from dgemma_lsp.engine.syntax.languages import parser_for
 from dgemma_lsp.engine.syntax.planning import plan_hole
 from dgemma_lsp.engine.syntax.postprocess import finish_text
@@ -205,3 +205,21 @@ def test_a_method_of_a_big_class_is_parsed_with_the_class_lines_only():
     fresh = SyntaxDocument(doc.text, "java")
     cursor = offset + len("\n    result = compute(total")
     assert plan_hole(doc, cursor) == plan_hole(fresh, cursor)
+
+
+@given(st.text(alphabet="ab\né€😀\t", max_size=300), st.lists(st.integers(0, 10_000), max_size=8), st.data())
+def test_byte_points_count_rows_once_from_a_known_point_and_match_a_count_from_the_start(text, picks, data):
+    source = text.encode("utf-8")
+    offsets = sorted(p % (len(source) + 1) for p in picks)
+
+    def naive(byte):
+        return source.count(b"\n", 0, byte), byte - (source.rfind(b"\n", 0, byte) + 1)
+
+    assert byte_points(source, offsets) == [naive(b) for b in offsets]
+    anchor = data.draw(st.integers(0, offsets[0] if offsets else len(source)))
+    known = (anchor, naive(anchor)[0])
+    assert byte_points(source, offsets, known=known) == [naive(b) for b in offsets]
+    spans = list(zip(offsets[::2], offsets[1::2], strict=False))  # an odd last offset has no pair
+    ranges = byte_ranges(source, spans, known=known)
+    assert [(r.start_byte, r.end_byte, r.start_point, r.end_point) for r in ranges] == [
+        (a, b, naive(a), naive(b)) for a, b in spans]

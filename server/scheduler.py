@@ -202,6 +202,15 @@ class CompletionCache:
                 continue
             if cursor < offset and offset - cursor >= entry.longest:
                 continue  # typed past the end of every candidate: checked before any history or hash
+            typed = text[cursor:offset]
+            if typed:  # what the user typed since must start a candidate: most entries fail here, cheaply
+                rest = [
+                    msgspec.structs.replace(c, text=c.text[len(typed):])
+                    for c in entry.candidates
+                    if c.text.startswith(typed) and len(c.text) > len(typed)
+                ]
+                if not rest:
+                    continue
             intact = None
             if unchanged_since is not None and entry.revision is not None:
                 untouched = unchanged_since(entry.revision)
@@ -215,15 +224,12 @@ class CompletionCache:
                 intact = entry.suffix_hash == suffix_hash and entry.prefix_hash == prefix_hashes[cursor]
             if not intact:
                 continue
-            typed = text[cursor:offset]
-            if not typed and not entry.candidates:
-                return []  # a repeat of a request that had nothing to offer
-            rest = [
-                msgspec.structs.replace(c, text=c.text[len(typed):])
-                for c in entry.candidates
-                if c.text.startswith(typed) and len(c.text) > len(typed)
-            ]
-            if rest:
-                self._entries.move_to_end(k)
-                return rest[:wanted]
+            if not typed:
+                if not entry.candidates:
+                    return []  # a repeat of a request that had nothing to offer
+                rest = [c for c in entry.candidates if c.text]
+                if not rest:
+                    continue
+            self._entries.move_to_end(k)
+            return rest[:wanted]
         return None

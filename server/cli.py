@@ -48,10 +48,16 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="denoising steps as CUDA graph replays (auto: on for CUDA); passed to the engine as DGEMMA_LSP_COMPILE",
     )
     parser.add_argument(
-        "--cpu-threads", type=int, default=None, metavar="N",
-        help="torch CPU threads of the engine that serves the editor (default: all cores but one); "
-             "passed to the engine as DGEMMA_LSP_CPU_THREADS",
+        "--cpu-threads", type=_at_least_one, default=None, metavar="N",
+        help="torch CPU threads of the engine (default: all cores but one for the engine that serves "
+             "the editor, torch's own for one-shot commands); passed to a daemon as DGEMMA_LSP_CPU_THREADS",
     )
+
+
+def _at_least_one(value: str) -> int:
+    if not value.strip().isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"wants a whole number of at least 1, got {value!r}")
+    return int(value)
 
 
 def _add_logging_arguments(parser: argparse.ArgumentParser) -> None:

@@ -168,7 +168,9 @@ def _load(service) -> float:
 def _service(args: argparse.Namespace):
     from dgemma_lsp.engine.runtime.service import InfillService
 
-    return InfillService(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization)
+    # A one-shot command has the machine to itself: torch's default threads unless told otherwise.
+    return InfillService(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
+                         cpu_threads=getattr(args, "cpu_threads", None))
 
 
 def _settings(args: argparse.Namespace) -> GenerationSettings:

@@ -93,3 +93,13 @@ def test_bad_input_is_one_clear_line_and_a_nonzero_exit(tmp_path, source):
         lines = [line for line in done.stderr.splitlines() if line.startswith("dgemma-lsp:")]
         assert len(lines) == 1, (name, done.stderr)
         assert done.stdout == "", name
+
+
+def test_cpu_threads_must_be_a_whole_number_of_at_least_one():
+    for bad in ("0", "x", "-2"):
+        result = subprocess.run(
+            [sys.executable, "-m", "dgemma_lsp.server.cli", "--cpu-threads", bad, "--stdio"],
+            capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120,
+        )
+        assert result.returncode == 2 and result.stdout == ""  # stdout is the protocol's
+        assert "--cpu-threads" in result.stderr and repr(bad) in result.stderr

@@ -67,6 +67,7 @@ class SyntaxWorker:
         self._thread: threading.Thread | None = None
         self._client_spoke_at = 0.0
         self._job_arrived = threading.Event()
+        self._closed = False
 
     def client_spoke(self) -> None:
         """The event loop got a message from the client: background work yields until it is quiet."""
@@ -96,12 +97,16 @@ class SyntaxWorker:
         return future
 
     def post(self, job: Callable[[], None]) -> None:
-        """Run `job` on the worker, nobody waiting for it (its errors are logged)."""
-        self._put((job, None, None))
+        """Run `job` on the worker, nobody waiting for it (its errors are logged); after `close`,
+        nothing (a catch-up waiting for quiet must not start a thread again at shutdown)."""
+        if not self._closed:
+            self._put((job, None, None))
 
     def close(self) -> None:
+        self._closed = True
         if self._thread is not None:
             self._jobs.put(None)
+            self._job_arrived.set()  # a catch-up waiting for quiet gives way at once
             self._thread = None
 
     def _put(self, item) -> None:

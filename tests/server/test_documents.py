@@ -117,6 +117,21 @@ async def test_a_stale_document_catches_up_only_once_the_client_is_quiet():
     store.worker.close()
 
 
+async def test_closing_the_worker_while_a_catch_up_waits_for_quiet_ends_it_at_once():
+    source = generate_source("rust", 2_000)
+    store = DocumentStore()
+    document = store.open(URI, "rust", 1, source)
+    await document.in_worker(lambda syntax: setattr(syntax, "parse_budget_s", 0))
+    store.worker.client_spoke()
+    store.change(URI, 2, [((0, 0, 0, 0), "fn half(")], "utf-16")
+    worker_thread = await document.in_worker(lambda syntax: threading.current_thread())
+    await asyncio.sleep(0.05)  # the catch-up is now waiting for the client to be quiet
+    store.worker.close()
+    worker_thread.join(timeout=QUIET_S / 2)
+    assert not worker_thread.is_alive()
+    assert not any(t.name == "dgemma-syntax" and t.is_alive() for t in threading.enumerate())
+
+
 async def test_the_change_history_tells_what_typing_left_untouched():
     store = DocumentStore()
     document = store.open("file:///a.py", "python", 1, "a = 1\nb = 2\n")

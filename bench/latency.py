@@ -355,7 +355,7 @@ def run_benchmark(
         if generated is not None:
             generated.cleanup()
     overhead, hit = percentiles(samples["overhead"]), percentiles(samples["cache_hit"])
-    stall, floor = _stall_percentiles(samples["loop_stall"]), _stall_percentiles(samples["loop_floor"])
+    stall = _stall_percentiles(samples["loop_stall"])
     return LatencyReport(
         model=model,
         file=str(file),
@@ -370,7 +370,7 @@ def run_benchmark(
         engine_ms=percentiles(samples["engine"]),
         cache_hits=samples["cache_hits"],
         loop_stall_ms=stall,
-        loop_stall_floor_ms=floor if loop_floor else None,
+        loop_stall_floor_ms=_stall_percentiles(samples["loop_floor"]) if loop_floor else None,
         encoded_tokens=percentiles(samples["encoded"]),
         targets={"serverOverheadP99": TARGET_OVERHEAD_P99_MS, "cacheHitP99": TARGET_CACHE_HIT_P99_MS,
                  "loopStallP99": TARGET_LOOP_STALL_P99_MS},

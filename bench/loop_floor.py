@@ -3,9 +3,10 @@
 `bench latency` starts `python -m dgemma_lsp.server.loop_monitor`, a process whose event
 loop runs nothing but the server's `LoopMonitor`, and reads it in the same windows as
 the server's own (a line `take` on stdin answers the longest stall in ms since the
-previous one). Like the server itself, it is driven as a process, never imported. What the bare loop sees is what this machine's scheduler does to any
-process while the engine computes (a woken thread waiting for a core), not the
-server's code: the server's figure minus this one is what the server adds.
+previous one). Like the server itself, it is driven as a process, never imported.
+What the bare loop sees is what this machine's scheduler does to any process while
+the engine computes (a woken thread waiting for a core), not the server's code: the
+server's figure minus this one is what the server adds.
 """
 
 from __future__ import annotations

@@ -201,16 +201,17 @@ class CompletionCache:
             if entry.requested < wanted or entry.suffix_len != suffix_len or cursor > offset:
                 continue
             if cursor < offset and offset - cursor >= entry.longest:
-                continue  # typed past the end of every candidate: checked before any history or hash
+                continue  # typed past the end of every candidate: not even a slice of the text
+            # What the user typed since must start a candidate: most entries fail here, before
+            # the history or a hash is consulted.
             typed = text[cursor:offset]
-            if typed:  # what the user typed since must start a candidate: most entries fail here, cheaply
-                rest = [
-                    msgspec.structs.replace(c, text=c.text[len(typed):])
-                    for c in entry.candidates
-                    if c.text.startswith(typed) and len(c.text) > len(typed)
-                ]
-                if not rest:
-                    continue
+            rest = [
+                msgspec.structs.replace(c, text=c.text[len(typed):])
+                for c in entry.candidates
+                if c.text.startswith(typed) and len(c.text) > len(typed)
+            ]
+            if not rest and (typed or entry.candidates):
+                continue
             intact = None
             if unchanged_since is not None and entry.revision is not None:
                 untouched = unchanged_since(entry.revision)
@@ -224,12 +225,8 @@ class CompletionCache:
                 intact = entry.suffix_hash == suffix_hash and entry.prefix_hash == prefix_hashes[cursor]
             if not intact:
                 continue
-            if not typed:
-                if not entry.candidates:
-                    return []  # a repeat of a request that had nothing to offer
-                rest = [c for c in entry.candidates if c.text]
-                if not rest:
-                    continue
+            if not rest:
+                return []  # a repeat of a request that had nothing to offer
             self._entries.move_to_end(k)
             return rest[:wanted]
         return None

@@ -15,7 +15,8 @@ stable part stays byte-identical for the prompt cache even when a half-typed lin
 briefly confuses the parser. The prefix start is fitted against a line anchor rounded
 down to a multiple of ANCHOR_ROWS, so pressing Enter moves it in steps, not per line.
 
-Token counts are a conservative, tokenizer-free estimate (`approx_token_count`).
+Token counts are a conservative, tokenizer-free estimate (`approx_token_count`); the stable
+part keeps the counts of its lines, so a keystroke counts only the cursor's line again.
 Knows nothing of tokenizers, tensors or LSP; offsets are str indices.
 """
 
@@ -76,6 +77,11 @@ class _StablePart(msgspec.Struct, frozen=True):
     """The preamble as built."""
     budget: int
     """Budget it was built for."""
+    preamble_tokens: int
+    prefix_lines_tokens: int
+    """Tokens of the window's whole lines before the cursor's line."""
+    suffix_lines_tokens: int
+    """Tokens of the window's lines after the cursor's line (from its newline on)."""
 
 
 def build_context(doc: SyntaxDocument, offset: int, plan: HolePlan, budget_tokens: int) -> InfillContext:
@@ -91,11 +97,13 @@ def build_context(doc: SyntaxDocument, offset: int, plan: HolePlan, budget_token
     if stable is None:
         stable = _compute_stable_part(doc, offset, line_start, line_end, budget_tokens)
         doc.memo["context"] = stable
-    window_start = stable.window_start
-    window_end = len(text) - stable.tail_after_window
-    preamble = stable.preamble
-    return _fit(doc.language, text, window_start, offset, line_start, line_end, window_end, preamble,
-                budget_tokens)
+    # Only the cursor's line is counted again: no token spans a newline, so the window's other
+    # lines count as they did when the stable part was built (see approx_token_count).
+    prefix_tokens = stable.prefix_lines_tokens + approx_token_count(text[line_start:offset])
+    suffix_tokens = approx_token_count(text[offset:line_end]) + stable.suffix_lines_tokens
+    return _fit(doc.language, text, stable.window_start, offset, line_start, line_end,
+                len(text) - stable.tail_after_window, stable.preamble, budget_tokens,
+                (stable.preamble_tokens, prefix_tokens, suffix_tokens))
 
 
 def _reuse_stable_part(doc: SyntaxDocument, offset: int, line_start: int, budget: int) -> _StablePart | None:
@@ -125,17 +133,20 @@ def _compute_stable_part(doc: SyntaxDocument, offset: int, line_start: int, line
     return _StablePart(
         revision=doc.revision, line_start=line_start, tail_after_line=len(text) - line_end,
         tail_after_window=len(text) - window_end, window_start=window_start, preamble=preamble,
-        budget=budget,
+        budget=budget, preamble_tokens=approx_token_count(preamble),
+        prefix_lines_tokens=approx_token_count(text[window_start:line_start]),
+        suffix_lines_tokens=approx_token_count(text[line_end:window_end]),
     )
 
 
-def _fit(language, text, window_start, offset, line_start, line_end, window_end, preamble, budget) -> InfillContext:
-    """Assemble the context; if the cursor's line outgrew its reserve, shrink until it fits the budget."""
+def _fit(language, text, window_start, offset, line_start, line_end, window_end, preamble, budget,
+         counts: tuple[int, int, int]) -> InfillContext:
+    """Assemble the context; if the cursor's line outgrew its reserve, shrink until it fits the budget.
+
+    `counts`: the (preamble, prefix, suffix) token counts of the window as given."""
     prefix = text[window_start:offset]
     suffix = text[offset:window_end]
-    preamble_tokens = approx_token_count(preamble)
-    prefix_tokens = approx_token_count(prefix)
-    suffix_tokens = approx_token_count(suffix)
+    preamble_tokens, prefix_tokens, suffix_tokens = counts
     total = preamble_tokens + prefix_tokens + suffix_tokens
     if total > budget:
         # Rare: a very long cursor line. Give up stability, in this order: suffix lines,

@@ -3,7 +3,8 @@
 - After any sequence of edits, the incrementally edited tree equals a fresh parse of the
   same text (S-expression and every node's byte span and points), non-ASCII text included.
 - The context never exceeds its token budget, and its prefix/suffix are the text around the cursor.
-- While the user types on one line, the preamble and the prefix before that line stay byte-identical.
+- While the user types on one line, the preamble and the prefix before that line stay byte-identical,
+  and the context's token count stays exact although only the cursor's line is counted again.
 - Post-processing never returns whitespace-only text, nor more lines than the plan allows.
 """
 
@@ -113,6 +114,10 @@ def test_stable_part_survives_typing_on_one_line(language, line_pick, typed, bud
         doc.apply_change(offset, offset, char)
         offset += 1
         context = build_context(doc, offset, plan_hole(doc, offset), budget)
+        # Only the cursor's line is counted again on a reused stable part: the count stays exact.
+        measured = (approx_token_count(context.preamble) + approx_token_count(context.prefix)
+                    + approx_token_count(context.suffix))
+        assert measured == context.tokens <= budget
         if context.tokens + 2 * approx_token_count(doc.text[line_start:offset]) > budget * 0.9:
             break  # the cursor's line outgrew its reserve: stability is given up on purpose
         assert context.preamble == first.preamble

@@ -1,0 +1,62 @@
+"""The loop monitor behind `bench latency`'s loopStallMs: it sees a blocked loop and cleans up after itself."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from dgemma_lsp.server.loop_monitor import LoopMonitor
+
+
+def _monitor_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "dgemma-loop-monitor"]
+
+
+def _wait_until_gone(deadline_s: float = 5.0) -> None:
+    deadline = time.monotonic() + deadline_s
+    while _monitor_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def test_a_callback_that_blocks_the_loop_is_measured():
+    async def main() -> tuple[float, float]:
+        monitor = LoopMonitor()
+        monitor.start()
+        await asyncio.sleep(0.05)
+        monitor.take()
+        time.sleep(0.06)  # a handler that holds the loop for 60 ms
+        await asyncio.sleep(0.02)  # the callback that waited behind it runs
+        blocked = monitor.take()
+        after = monitor.take()
+        monitor.stop()
+        return blocked, after
+
+    blocked, after = asyncio.run(main())
+    # Lower bounds only: the posting thread may start late on a busy machine, never early.
+    assert blocked >= 30.0
+    assert after < blocked  # take() starts over
+
+
+def test_stop_ends_the_monitor_thread_and_a_closed_loop_ends_it_too():
+    _wait_until_gone()
+
+    async def stopped() -> bool:
+        monitor = LoopMonitor()
+        monitor.start()
+        running = monitor.running
+        await asyncio.sleep(0.01)
+        monitor.stop()
+        return running and not monitor.running
+
+    assert asyncio.run(stopped())
+    _wait_until_gone()
+    assert not _monitor_threads()
+
+    async def left_running() -> None:
+        LoopMonitor().start()
+        await asyncio.sleep(0.01)
+
+    asyncio.run(left_running())  # never stopped: the closed loop refuses its next callback
+    _wait_until_gone()
+    assert not _monitor_threads()

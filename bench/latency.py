@@ -23,7 +23,9 @@ Per keystroke it times, from the didChange being sent:
                    {p50, p99, max}. Off by default: a process waking every millisecond
                    on two cores adds ~0.5 ms to the overhead's p50 and ~1 ms to its p99;
   encodedTokens    prompt tokens the engine encoded for the request after its prompt
-                   cache (the same command).
+                   cache (the same command);
+  answersFromDrafts keystrokes whose answer was ready when the engine's result came
+                   (finished on the server's worker from the last draft; the same command).
 Each as {p50, p99} unless said otherwise. `--lines N` types into a generated Python
 file of N lines instead (the 10,000-line variant: `--lines 10000`). Keystrokes are sent one at a time (the next after the
 answer), with the coalescing window set to 0: this measures the work, not a
@@ -100,6 +102,8 @@ class LatencyReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     floor); None unless asked for (`--loop-floor`)."""
     encoded_tokens: Percentiles
     """Prompt tokens encoded per request after the engine's prompt cache."""
+    answers_from_drafts: int = 0
+    """Keystrokes (of `keystrokes`) whose answer was finished from the last draft before the result came."""
     targets: dict[str, float]
     """serverOverheadP99, cacheHitP99 and loopStallP99 targets in ms (on the 2-core development machine)."""
     targets_met: dict[str, bool]
@@ -201,7 +205,8 @@ async def measure(
 
     await client.start(*command)
     samples: dict[str, Any] = {"final": [], "first_draft": [], "cache_hit": [], "overhead": [], "engine": [],
-                               "cache_hits": 0, "loop_stall": [], "loop_floor": [], "encoded": []}
+                               "cache_hits": 0, "loop_stall": [], "loop_floor": [], "encoded": [],
+                               "from_drafts": 0}
     floor = LoopFloor() if loop_floor else None
     try:
         await asyncio.wait_for(client.request("initialize", {
@@ -232,6 +237,7 @@ async def measure(
         lines = text.split("\n")
         row, column, version = line, len(lines[line]), 1
         script = _keystroke_script(indent, warmup + keystrokes)
+        drafts_before = 0
 
         async def complete() -> None:
             await asyncio.wait_for(client.request("textDocument/inlineCompletion", {
@@ -267,7 +273,9 @@ async def measure(
             stats = await server_stats()
             floor_ms = None if floor is None else await floor.take()
             if index < warmup:
+                drafts_before = int(stats.get("answersFromDrafts") or 0)
                 continue
+            samples["from_drafts"] = int(stats.get("answersFromDrafts") or 0) - drafts_before
             if floor_ms is not None:
                 samples["loop_floor"].append(floor_ms)
             if stats.get("loopStallMs") is not None:
@@ -372,6 +380,7 @@ def run_benchmark(
         loop_stall_ms=stall,
         loop_stall_floor_ms=_stall_percentiles(samples["loop_floor"]) if loop_floor else None,
         encoded_tokens=percentiles(samples["encoded"]),
+        answers_from_drafts=samples["from_drafts"],
         targets={"serverOverheadP99": TARGET_OVERHEAD_P99_MS, "cacheHitP99": TARGET_CACHE_HIT_P99_MS,
                  "loopStallP99": TARGET_LOOP_STALL_P99_MS},
         targets_met={
@@ -415,6 +424,7 @@ def table_rows(report: LatencyReport) -> list[tuple[str, str, str]]:
              + f"  max {report.loop_stall_floor_ms.max:.2f}  (a bare loop beside the server)")]),
         (name, "encodedTokens", "no samples" if report.encoded_tokens.p50 is None
          else f"p50 {report.encoded_tokens.p50:g}  p99 {report.encoded_tokens.p99:g}"),
+        (name, "answersFromDrafts", f"{report.answers_from_drafts}/{report.keystrokes}"),
     ]
 
 

@@ -3,7 +3,9 @@
 Inline completion: snapshot the document at the request, answer from the cache
 or (through the scheduler) plan + denoise + finish with the engine's pipeline,
 then map each candidate to a `Suggestion` (text + the span it replaces). Planning,
-context and finishing run on the documents' syntax worker, never on the event loop;
+context and finishing run on the documents' syntax worker, never on the event loop
+(drafts too: the newest draft is also finished as the answer it would make, which is
+ready when the result is that draft's text, as it most often is);
 finishing validates against a snapshot of the syntax taken when the request was
 planned (trees copied in O(1)), so a document that moved on meanwhile costs nothing;
 the enclosing definition it validates against is parsed while the engine denoises.
@@ -23,18 +25,22 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from dgemma_lsp.engine import errors
-from dgemma_lsp.engine.api import Draft
+from dgemma_lsp.engine.api import Candidate, Draft
 from dgemma_lsp.engine.client import EngineClient, EngineUnavailableError
 from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import (
     candidate_checker,
     finish_candidates,
     finish_draft,
+    finish_lone_candidate,
     finish_rewrite,
     prepare_infill,
     prepare_rewrite,
 )
+from dgemma_lsp.engine.syntax.validation import CandidateChecker
 
 from .documents import OpenDocument
 from .scheduler import CompletionCache, LatestWins, Superseded
@@ -94,6 +100,8 @@ class Completer:
         self.cache = cache
         self.encoded_tokens: deque[int] = deque(maxlen=10_000)
         """Prompt tokens the engine encoded per request, after its prompt cache (for benchmarks)."""
+        self.answers_from_drafts = 0
+        """Answers that were ready when the result came, finished from the last draft (for benchmarks)."""
 
     async def complete(
         self,
@@ -151,14 +159,22 @@ class Completer:
             else:
                 prepared, frozen = await document.worker.run(lambda: prepare(None))
             # The first parse of the enclosing definition, on the worker while the engine denoises.
-            checker = document.worker.run(lambda: candidate_checker(prepared, frozen))
+            built: list[CandidateChecker | None] = []
 
-            def draft(step: Draft) -> None:
-                if on_draft is not None:
-                    on_draft(step.step, target.lead + finish_draft(prepared, step.text))
+            def build_checker() -> CandidateChecker | None:
+                built.append(candidate_checker(prepared, frozen))
+                return built[0]
 
+            checker = document.worker.run(build_checker)
+            drafts = _DraftFinisher(prepared, frozen, built, target.lead, on_draft, document.worker)
             try:
-                result = await self.engine.denoise(prepared.request, draft)
+                return await answer(prepared, frozen, checker, drafts)
+            finally:
+                drafts.close()  # answered, failed or cancelled: no draft of this request may follow
+
+        async def answer(prepared, frozen, checker, drafts: _DraftFinisher) -> list[Suggestion]:
+            try:
+                result = await self.engine.denoise(prepared.request, drafts.arrived if on_draft else _no_draft)
             except EngineUnavailableError as error:
                 log.info("no completion: %s", error)
                 return []
@@ -169,7 +185,12 @@ class Completer:
                 return []
             self.encoded_tokens.append(result.prompt_tokens - result.cached_prompt_tokens)
             ready_checker = await checker
-            candidates = await document.worker.run(lambda: finish_candidates(prepared, frozen, result, ready_checker))
+            candidates = drafts.answer_for(result)
+            if candidates is None:
+                candidates = await document.worker.run(
+                    lambda: finish_candidates(prepared, frozen, result, ready_checker))
+            else:
+                self.answers_from_drafts += 1
             self.cache.store(uri, target.text, target.offset, wanted, candidates,
                              revision=revision if selected is None else None)
             return [_suggestion(target, c.text, c.replace_chars) for c in candidates[:wanted]]
@@ -199,6 +220,73 @@ class Completer:
         if not result.candidates:
             return None
         return finish_rewrite(result.candidates[0].text, prepared.selection or "")
+
+
+class _DraftFinisher:
+    """One request's drafts, finished on the syntax worker (never on the event loop).
+
+    Each draft is trimmed for display there; the newest one is also finished as the answer it
+    would make (`finish_lone_candidate`, validated with the request's checker). The engine's
+    result is most often the last draft's text: then the answer is ready when the result
+    arrives, and the request skips a round trip to the worker (two thread wake-ups, ~0.4 ms of
+    a keystroke). Otherwise, or with several candidates, the result is finished as usual.
+    A draft counts as ready only once it was sent, so no draft follows the answer.
+    """
+
+    def __init__(self, prepared, frozen: SyntaxDocument, checker: list, lead: str,
+                 on_draft: DraftSink | None, worker) -> None:
+        self.prepared, self.frozen, self.checker, self.lead = prepared, frozen, checker, lead
+        self.on_draft, self.worker = on_draft, worker
+        self.newest: str | None = None
+        self.ready: tuple[str, list[Candidate]] | None = None
+        """(raw text, its answer) of the newest draft sent."""
+        self.closed = False
+
+    def close(self) -> None:
+        """The request is answered or cancelled: drafts still on the worker are dropped."""
+        self.closed = True
+
+    def arrived(self, step: Draft) -> None:
+        """On the event loop: hand the draft to the worker."""
+        if self.closed:
+            return
+        self.newest = raw = step.text
+        job = self.worker.run(lambda: self._finish(raw))
+        job.add_done_callback(lambda done: self._finished(step, done))
+
+    def _finish(self, raw: str) -> tuple[str, list[Candidate] | None]:
+        """On the worker: the text shown, and the answer unless a newer draft came meanwhile."""
+        if self.closed:
+            return "", None
+        shown = finish_draft(self.prepared, raw)
+        if raw != self.newest:
+            return shown, None
+        checker = self.checker[0] if self.checker else None
+        return shown, finish_lone_candidate(self.prepared, self.frozen, raw, checker)
+
+    def _finished(self, step: Draft, done) -> None:
+        """On the event loop."""
+        if done.cancelled() or self.closed:
+            return
+        if done.exception() is not None:
+            log.error("finishing a draft failed", exc_info=done.exception())
+            return
+        shown, answer = done.result()
+        if self.on_draft is not None:
+            self.on_draft(step.step, self.lead + shown)
+        if answer is not None:
+            self.ready = (step.text, answer)
+
+    def answer_for(self, result) -> list[Candidate] | None:
+        """The finished answer when `result` is the newest draft's text alone; None: finish it."""
+        if self.ready is None or len(result.candidates) != 1 or result.candidates[0].text != self.ready[0]:
+            return None
+        confidence = result.candidates[0].confidence
+        return [msgspec.structs.replace(c, confidence=confidence) for c in self.ready[1]]
+
+
+def _no_draft(_step: Draft) -> None:
+    pass
 
 
 def _suggestion(target: _Target, text: str, replace_chars: int) -> Suggestion:

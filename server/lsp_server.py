@@ -434,7 +434,8 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.loop_monitor.start()
         encoded = list(ls.completer.encoded_tokens)
         ls.completer.encoded_tokens.clear()
-        return {"loopStallMs": ls.loop_monitor.take() if started else None, "encodedTokens": encoded}
+        return {"loopStallMs": ls.loop_monitor.take() if started else None, "encodedTokens": encoded,
+                "answersFromDrafts": ls.completer.answers_from_drafts}
 
     @server.feature(DID_SHOW)
     def did_show(ls: DGemmaServer, params: Any) -> None:

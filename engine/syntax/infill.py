@@ -1,7 +1,8 @@
 """The pure half of one completion: before and after the denoiser.
 
 prepare_infill: document + cursor -> hole plan + context + DenoiseRequest.
-finish_candidates: raw denoised text -> post-processed, validated, ranked Candidates.
+finish_candidates: raw denoised text -> post-processed, validated, ranked Candidates
+(finish_lone_candidate: the same for one draft's text, made before the result arrives).
 The same for a rewrite. Runs wherever the document lives (the language server's
 process), so it knows tree-sitter but no torch and no LSP. Offsets are str indices.
 """
@@ -71,16 +72,30 @@ def finish_candidates(
     """Post-process every raw candidate, drop empty or duplicate ones, then rank by syntax and confidence.
 
     `checker`: `candidate_checker(prepared, doc)`, built while the engine ran (optional)."""
+    return _finish_raw(prepared, doc, [(raw.text, raw.confidence) for raw in result.candidates], checker)
+
+
+def finish_lone_candidate(
+    prepared: PreparedInfill, doc: SyntaxDocument, raw_text: str, checker: CandidateChecker | None = None
+) -> list[Candidate]:
+    """What `finish_candidates` returns for a result whose only candidate is `raw_text`, with
+    confidence 0.0: the caller puts the real one in, which changes nothing else when there is one
+    candidate. Made from a draft while the engine is still denoising, so that the answer is ready
+    when the result turns out to be that draft's text."""
+    return _finish_raw(prepared, doc, [(raw_text, 0.0)], checker)
+
+
+def _finish_raw(
+    prepared: PreparedInfill, doc: SyntaxDocument, raws: list[tuple[str, float]], checker: CandidateChecker | None
+) -> list[Candidate]:
     finished: list[Candidate] = []
     seen: set[tuple[str, int]] = set()
-    for raw in result.candidates:
-        done = finish_text(raw.text, prepared.context, prepared.plan)
+    for raw_text, confidence in raws:
+        done = finish_text(raw_text, prepared.context, prepared.plan)
         if not done.text.strip() or (done.text, done.replace_chars) in seen:
             continue
         seen.add((done.text, done.replace_chars))
-        finished.append(
-            Candidate(text=done.text, confidence=raw.confidence, replace_chars=done.replace_chars)
-        )
+        finished.append(Candidate(text=done.text, confidence=confidence, replace_chars=done.replace_chars))
     return rank_candidates(doc, prepared.offset, finished, checker)
 
 

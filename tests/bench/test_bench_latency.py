@@ -15,6 +15,7 @@ def test_a_short_typing_session_yields_every_figure():
     floor = report.loop_stall_floor_ms  # a bare loop beside the server, read in the same windows
     assert floor.p50 is not None and 0 <= floor.p50 <= floor.p99 <= floor.max
     assert report.encoded_tokens.p50 is not None and report.encoded_tokens.p50 > 0  # at least the tail
+    assert 0 < report.answers_from_drafts <= report.keystrokes  # the tiny model's result is its last draft
 
 
 def test_the_typing_point_is_an_indented_statement():

@@ -340,3 +340,31 @@ async def test_shown_and_accepted_completions_are_counted_for_stats(client: Lang
     done = subprocess.run([sys.executable, "-m", "dgemma_lsp.server.cli", "stats", "--json"],
                           capture_output=True, text=True, check=True, timeout=60)
     assert json.loads(done.stdout)["accepted"] == after.accepted
+
+
+async def test_the_answer_made_from_the_last_draft_is_the_finished_result(client: LanguageClient):
+    """With drafts on, the newest draft is finished on the worker as the answer it would make, and
+    used when the result is that text; with drafts off the result is finished after it came. The
+    same request (same seed, same text) gets the same items either way."""
+    text = FIB.read_text().replace("return \n", "return fib(n - 1) + \n")
+    position = position_of(text, text.index("+ \n") + 2, ENCODING)
+
+    async def answers_from_drafts() -> int:
+        stats = await within(client.workspace_execute_command_async(
+            lsp.ExecuteCommandParams(command="dgemma.serverStats", arguments=[])))
+        return plain(stats)["answersFromDrafts"]
+
+    before = await answers_from_drafts()
+    open_document(client, "file:///tmp/answer-from-draft.py", text)
+    from_draft = await complete(client, "file:///tmp/answer-from-draft.py", position)
+    assert await answers_from_drafts() == before + 1  # the tiny model's result is its last draft
+
+    client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"dgemma": {"drafts": False}}))
+    try:
+        open_document(client, "file:///tmp/answer-from-result.py", text)
+        from_result = await complete(client, "file:///tmp/answer-from-result.py", position)
+        assert await answers_from_drafts() == before + 1
+    finally:
+        client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"dgemma": {"drafts": True}}))
+    assert from_draft.items
+    assert [(i.insert_text, i.range) for i in from_draft.items] == [(i.insert_text, i.range) for i in from_result.items]

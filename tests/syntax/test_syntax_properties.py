@@ -6,15 +6,24 @@
 - While the user types on one line, the preamble and the prefix before that line stay byte-identical,
   and the context's token count stays exact although only the cursor's line is counted again.
 - Post-processing never returns whitespace-only text, nor more lines than the plan allows.
+- An answer finished from a draft (before the result) equals the finished result of that text.
 """
 
 from __future__ import annotations
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dgemma_lsp.engine.api import DenoiseResult, GenerationSettings, RawCandidate, Timings
 from dgemma_lsp.engine.syntax.context import approx_token_count, build_context
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.infill import (
+    candidate_checker,
+    finish_candidates,
+    finish_lone_candidate,
+    prepare_infill,
+)
 from dgemma_lsp.engine.syntax.planning import plan_hole
 from dgemma_lsp.engine.syntax.postprocess import finish_text
 
@@ -134,3 +143,22 @@ def test_finished_text_is_never_blank_and_respects_line_cap(language, where, raw
     assert finished.text == "" or finished.text.strip()
     assert finished.text.count("\n") <= (plan.max_lines or 1) + 1
     assert 0 <= finished.replace_chars <= plan.region.end - plan.region.start + len(doc.text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(LANGUAGES), st.floats(0, 1), st.lists(ALPHABET, max_size=40).map("".join),
+       st.floats(0, 1))
+def test_an_answer_finished_from_a_draft_equals_the_finished_result(language, where, raw, confidence):
+    """The server finishes the newest draft as the answer it would make before the result comes;
+    when the result is that text alone, the answer must be what finishing the result gives."""
+    doc = SyntaxDocument(SEEDS[language], language)
+    prepared = prepare_infill(doc, int(where * len(doc.text)), GenerationSettings())
+    checker = candidate_checker(prepared, doc)
+    result = DenoiseResult(
+        candidates=[RawCandidate(text=raw, confidence=confidence, tokens=len(raw))], steps=1,
+        tokens_per_forward=1.0, drafts=1, canvases=1, prompt_tokens=1, cached_prompt_tokens=0,
+        timings_ms=Timings(prompt=0.0, denoise=0.0, total=0.0),
+    )
+    from_draft = [msgspec.structs.replace(c, confidence=confidence)
+                  for c in finish_lone_candidate(prepared, doc, raw, checker)]
+    assert from_draft == finish_candidates(prepared, doc, result, checker)

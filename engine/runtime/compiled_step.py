@@ -336,11 +336,9 @@ class CompiledDenoiser:
     def _masks(self, cache: StaticCache, canvas: torch.Tensor, batch: int) -> dict:
         length = cache.get_seq_length()
         decoder_mask = torch.ones((batch, int(length) + self.canvas_length), dtype=torch.bool, device=self.device)
+        # Positional: transformers 5.24 renamed the cache argument (past_key_values -> cache).
         masks = self.model.model.decoder.create_diffusion_decoder_attention_mask(
-            config=self.model.config,
-            inputs_embeds=canvas.unsqueeze(-1),
-            past_key_values=cache,
-            decoder_attention_mask=decoder_mask,
+            self.model.config, canvas.unsqueeze(-1), cache, decoder_mask,
         )
         return dict(masks) if masks is not None else {}
 

@@ -47,9 +47,8 @@ def _ids(count: int, seed: int) -> list[int]:
 def _decoder_logits(model, cache: StaticCache, canvas: torch.Tensor) -> torch.Tensor:
     length = cache.get_seq_length()
     batch, canvas_length = canvas.shape
-    masks = model.model.decoder.create_diffusion_decoder_attention_mask(
-        config=model.config, inputs_embeds=canvas.unsqueeze(-1), past_key_values=cache,
-        decoder_attention_mask=torch.ones((batch, length + canvas_length), dtype=torch.bool),
+    masks = model.model.decoder.create_diffusion_decoder_attention_mask(  # positional: the cache's name changed in 5.24
+        model.config, canvas.unsqueeze(-1), cache, torch.ones((batch, length + canvas_length), dtype=torch.bool),
     )  # fmt: skip
     positions = torch.arange(length, length + canvas_length, dtype=torch.int32)[None]
     hidden = model.model.decoder(decoder_input_ids=canvas, past_key_values=cache, decoder_attention_mask=masks,

@@ -43,7 +43,7 @@ from dgemma_lsp.engine.syntax.infill import (
 from dgemma_lsp.engine.syntax.validation import CandidateChecker
 
 from .documents import OpenDocument
-from .scheduler import CompletionCache, LatestWins, Superseded
+from .scheduler import CompletionCache, LatestWins, Superseded, slice_hashes
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
@@ -160,19 +160,21 @@ class Completer:
                 prepared, frozen = await document.worker.run(lambda: prepare(None))
             # The first parse of the enclosing definition, on the worker while the engine denoises.
             built: list[CandidateChecker | None] = []
+            hashes: list[tuple[int, int]] = []
 
             def build_checker() -> CandidateChecker | None:
                 built.append(candidate_checker(prepared, frozen))
+                hashes.append(slice_hashes(target.text, target.offset))  # for the cache entry, off the loop
                 return built[0]
 
             checker = document.worker.run(build_checker)
             drafts = _DraftFinisher(prepared, frozen, built, target.lead, on_draft, document.worker)
             try:
-                return await answer(prepared, frozen, checker, drafts)
+                return await answer(prepared, frozen, checker, hashes, drafts)
             finally:
                 drafts.close()  # answered, failed or cancelled: no draft of this request may follow
 
-        async def answer(prepared, frozen, checker, drafts: _DraftFinisher) -> list[Suggestion]:
+        async def answer(prepared, frozen, checker, hashes: list, drafts: _DraftFinisher) -> list[Suggestion]:
             try:
                 result = await self.engine.denoise(prepared.request, drafts.arrived if on_draft else _no_draft)
             except EngineUnavailableError as error:
@@ -192,7 +194,7 @@ class Completer:
             else:
                 self.answers_from_drafts += 1
             self.cache.store(uri, target.text, target.offset, wanted, candidates,
-                             revision=revision if selected is None else None)
+                             revision=revision if selected is None else None, hashes=hashes[0])
             return [_suggestion(target, c.text, c.replace_chars) for c in candidates[:wanted]]
 
         return await self.scheduler.run(uri, lookup, work, settings.debounce_ms / 1000)

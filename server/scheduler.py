@@ -124,6 +124,11 @@ UnchangedSince = Callable[[int], "tuple[int, int] | None"]
 """The document's change history: (head, tail) chars untouched since a revision, or None."""
 
 
+def slice_hashes(text: str, offset: int) -> tuple[int, int]:
+    """The hashes a cache entry for the cursor at `offset` in `text` keeps."""
+    return hash(text[:offset]), hash(text[offset:])
+
+
 class CompletionCache:
     """Finished completions by (key, cursor context), least recently used dropped first.
 
@@ -159,10 +164,13 @@ class CompletionCache:
         candidates: list[Candidate],
         *,
         revision: int | None = None,
+        hashes: tuple[int, int] | None = None,
     ) -> None:
+        """`hashes`: `slice_hashes(text, offset)`, when computed beforehand (off the event loop:
+        in a 10,000-line file they take ~0.06 ms)."""
         if self.capacity <= 0:
             return
-        prefix_hash, suffix_hash = hash(text[:offset]), hash(text[offset:])
+        prefix_hash, suffix_hash = hashes if hashes is not None else slice_hashes(text, offset)
         suffix_len = len(text) - offset
         for k, entry in list(self._entries.items()):  # one entry per (key, cursor context)
             if (k[0] == key and entry.cursor == offset and entry.suffix_len == suffix_len

@@ -87,6 +87,8 @@ class SyntaxDocument:
         self._region_parser: tree_sitter.Parser | None = None
         self.region_bytes = REGION_BYTES
         """A region larger than this is narrowed to the members around the change (`enclosing_ranges`)."""
+        self._row_mark = (0, 0)
+        """(str offset, row) of a point whose row is known in the current text (see `row_of`)."""
         self.set_text(text)
 
     # --- changes ------------------------------------------------------------------
@@ -95,6 +97,7 @@ class SyntaxDocument:
         """Replace the whole text and parse it from scratch (open, or a full-sync change)."""
         self.text = text
         self.source = text.encode("utf-8")
+        self._row_mark = (0, 0)
         # Through the progress callback, which lets other threads run: a big file's first parse
         # takes tens of milliseconds, and the server runs it on a worker thread.
         self.tree = self._full = self._outline = self._parse(self._parser, None) if self._parser is not None else None
@@ -128,6 +131,7 @@ class SyntaxDocument:
         tail_len = len(text) - end
         self.text = text[:start] + new_text + text[end:]
         self.source = self.source[:start_byte] + new_bytes + self.source[old_end_byte:]
+        self._row_mark = (start, start_point[0])  # the text before `start` did not change
         self.revision += 1
         self._history.record(self.revision, start, tail_len)
         if self._full is not None:
@@ -315,10 +319,26 @@ class SyntaxDocument:
             return byte_offset
         return len(self.source[:byte_offset].decode("utf-8", errors="replace"))
 
+    def row_of(self, offset: int) -> int:
+        """The row of a str offset, counted from the nearest point whose row is known.
+
+        Typing moves the cursor a little at a time: counting from the previous point (the
+        latest edit, or the latest row asked for) instead of from the start of the file
+        saves tens of microseconds per call in a 10,000-line file."""
+        mark, row = self._row_mark
+        if offset >= mark:
+            row += self.text.count("\n", mark, offset)
+        elif offset > mark // 2:
+            row -= self.text.count("\n", offset, mark)
+        else:
+            row = self.text.count("\n", 0, offset)
+        self._row_mark = (offset, row)
+        return row
+
     def _locate(self, offset: int) -> tuple[int, tuple[int, int]]:
         """(byte offset, (row, byte column)) of a str offset."""
         text = self.text
-        row = text.count("\n", 0, offset)
+        row = self.row_of(offset)
         line_start = text.rfind("\n", 0, offset) + 1
         if self.is_ascii:
             return offset, (row, offset - line_start)

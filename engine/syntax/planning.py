@@ -149,7 +149,7 @@ class _Lines:
     def __init__(self, doc: SyntaxDocument, line_start: int, line_end: int) -> None:
         self.doc = doc
         self.text = doc.text
-        self.row = self.text.count("\n", 0, line_start)
+        self.row = doc.row_of(line_start)
         self._starts: dict[int, int] = {self.row: line_start}
         self._comment_marks = _LINE_COMMENTS.get(doc.language, _C_COMMENTS)
         self.unit = _indent_unit(doc)

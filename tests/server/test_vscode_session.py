@@ -120,6 +120,24 @@ async def test_selected_completion_is_extended_and_replaced(client: LanguageClie
         assert applied.endswith("\n")
 
 
+async def test_a_repeated_request_with_a_selected_completion_is_answered_from_the_cache(client: LanguageClient):
+    """The text as if the popup's item were accepted has no change history: the cache entry is found
+    by the hashes of the text before and after the cursor (computed on the worker meanwhile)."""
+    uri = "file:///tmp/selected_repeat.py"
+    text = "def area(width, height):\n    return wid\n"
+    cursor = text.index("wid\n") + 3
+    open_document(client, uri, text)
+    selected = lsp.SelectedCompletionInfo(
+        range=lsp.Range(start=position_of(text, cursor - 3, ENCODING), end=position_of(text, cursor, ENCODING)),
+        text="width",
+    )
+    first = await complete(client, uri, position_of(text, cursor, ENCODING), selected=selected)
+    drafts_before = sum(m == "dgemma/draft" for m, _ in client.custom)
+    again = await complete(client, uri, position_of(text, cursor, ENCODING), selected=selected)
+    assert [(i.insert_text, i.range) for i in again.items] == [(i.insert_text, i.range) for i in first.items]
+    assert sum(m == "dgemma/draft" for m, _ in client.custom) == drafts_before  # answered without denoising
+
+
 async def test_invoked_gives_up_to_max_candidates_and_repeat_is_cached(client: LanguageClient):
     uri = "file:///tmp/invoked.py"
     text = FIB.read_text()

@@ -1,7 +1,8 @@
 """Property tests of the syntax layer (hypothesis).
 
 - After any sequence of edits, the incrementally edited tree equals a fresh parse of the
-  same text (S-expression and every node's byte span and points), non-ASCII text included.
+  same text (S-expression and every node's byte span and points), non-ASCII text included;
+  rows counted from the last known point equal a count from the start.
 - The context never exceeds its token budget, and its prefix/suffix are the text around the cursor.
 - While the user types on one line, the preamble and the prefix before that line stay byte-identical,
   and the context's token count stays exact although only the cursor's line is counted again.
@@ -88,6 +89,21 @@ def test_incremental_tree_equals_fresh_parse(case):
     assert doc.source == doc.text.encode("utf-8")
     assert str(doc.tree.root_node) == str(fresh.tree.root_node)
     assert _node_spans(doc.tree) == _node_spans(fresh.tree)
+
+
+@settings(max_examples=200, deadline=None)
+@given(edit_sequences(), st.lists(st.floats(0, 1), min_size=1, max_size=12))
+def test_rows_counted_from_the_last_known_point_equal_a_count_from_the_start(case, wheres):
+    """`row_of` counts from the latest edit or the latest row asked for, forwards or backwards."""
+    language, edits = case
+    doc = SyntaxDocument(SEEDS[language], language)
+    for (start, end, new_text), where in zip(edits, wheres, strict=False):
+        doc.apply_change(start, end, new_text)
+        offset = int(where * len(doc.text))
+        assert doc.row_of(offset) == doc.text.count("\n", 0, offset)
+    for where in wheres:
+        offset = int(where * len(doc.text))
+        assert doc.row_of(offset) == doc.text.count("\n", 0, offset)
 
 
 @settings(max_examples=150, deadline=None)

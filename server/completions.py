@@ -32,6 +32,7 @@ from dgemma_lsp.engine.api import Candidate, Draft
 from dgemma_lsp.engine.client import EngineClient, EngineUnavailableError
 from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import (
+    PreparedInfill,
     candidate_checker,
     finish_candidates,
     finish_draft,
@@ -42,7 +43,7 @@ from dgemma_lsp.engine.syntax.infill import (
 )
 from dgemma_lsp.engine.syntax.validation import CandidateChecker
 
-from .documents import OpenDocument
+from .documents import OpenDocument, SyntaxWorker
 from .scheduler import CompletionCache, LatestWins, Superseded, slice_hashes
 from .settings import ServerSettings
 
@@ -235,8 +236,8 @@ class _DraftFinisher:
     A draft counts as ready only once it was sent, so no draft follows the answer.
     """
 
-    def __init__(self, prepared, frozen: SyntaxDocument, checker: list, lead: str,
-                 on_draft: DraftSink | None, worker) -> None:
+    def __init__(self, prepared: PreparedInfill, frozen: SyntaxDocument, checker: list[CandidateChecker | None],
+                 lead: str, on_draft: DraftSink | None, worker: SyntaxWorker) -> None:
         self.prepared, self.frozen, self.checker, self.lead = prepared, frozen, checker, lead
         self.on_draft, self.worker = on_draft, worker
         self.newest: str | None = None

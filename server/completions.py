@@ -160,22 +160,21 @@ class Completer:
             else:
                 prepared, frozen = await document.worker.run(lambda: prepare(None))
             # The first parse of the enclosing definition, on the worker while the engine denoises.
+            # The draft jobs behind it on the worker read the checker from `built`.
             built: list[CandidateChecker | None] = []
-            hashes: list[tuple[int, int]] = []
 
-            def build_checker() -> CandidateChecker | None:
+            def build_checker() -> tuple[CandidateChecker | None, tuple[int, int]]:
                 built.append(candidate_checker(prepared, frozen))
-                hashes.append(slice_hashes(target.text, target.offset))  # for the cache entry, off the loop
-                return built[0]
+                return built[0], slice_hashes(target.text, target.offset)  # the cache entry's, off the loop
 
             checker = document.worker.run(build_checker)
             drafts = _DraftFinisher(prepared, frozen, built, target.lead, on_draft, document.worker)
             try:
-                return await answer(prepared, frozen, checker, hashes, drafts)
+                return await answer(prepared, frozen, checker, drafts)
             finally:
                 drafts.close()  # answered, failed or cancelled: no draft of this request may follow
 
-        async def answer(prepared, frozen, checker, hashes: list, drafts: _DraftFinisher) -> list[Suggestion]:
+        async def answer(prepared, frozen, checker, drafts: _DraftFinisher) -> list[Suggestion]:
             try:
                 result = await self.engine.denoise(prepared.request, drafts.arrived if on_draft else _no_draft)
             except EngineUnavailableError as error:
@@ -187,7 +186,7 @@ class Completer:
                 log.warning("completion failed: %s", error)
                 return []
             self.encoded_tokens.append(result.prompt_tokens - result.cached_prompt_tokens)
-            ready_checker = await checker
+            ready_checker, hashes = await checker
             candidates = drafts.answer_for(result)
             if candidates is None:
                 candidates = await document.worker.run(
@@ -195,7 +194,7 @@ class Completer:
             else:
                 self.answers_from_drafts += 1
             self.cache.store(uri, target.text, target.offset, wanted, candidates,
-                             revision=revision if selected is None else None, hashes=hashes[0])
+                             revision=revision if selected is None else None, hashes=hashes)
             return [_suggestion(target, c.text, c.replace_chars) for c in candidates[:wanted]]
 
         return await self.scheduler.run(uri, lookup, work, settings.debounce_ms / 1000)

@@ -48,8 +48,11 @@ class EngineClient(Protocol):
     def on_status(self, listener: StatusListener) -> None:
         """Call `listener` on the event loop whenever the status changes."""
 
-    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
+    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener | None = None) -> DenoiseResult:
         """Denoise `request`; `on_draft` runs on the event loop after every step.
+
+        Without `on_draft` no draft is made at all: the engine skips decoding the canvas at
+        every step (a tokenizer pass over 256 tokens per step), and a daemon streams nothing.
 
         Raises EngineUnavailableError when the model failed to load, engine
         errors for bad requests, asyncio.CancelledError when cancelled.
@@ -135,7 +138,7 @@ class InProcessEngineClient:
             except Exception:
                 log.exception("status listener failed")
 
-    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
+    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener | None = None) -> DenoiseResult:
         if self._closed:
             raise EngineUnavailableError("the engine is closed")
         if self._loaded is not None and self._loaded.done() and self._load_error is not None:
@@ -156,7 +159,7 @@ class InProcessEngineClient:
 
         def work() -> None:
             try:
-                result = self._service.denoise(request, forward_draft, cancel)
+                result = self._service.denoise(request, forward_draft if on_draft is not None else None, cancel)
             except BaseException as exc:  # handed to the awaiting task, never lost
                 loop.call_soon_threadsafe(_settle, done, None, exc)
             else:

@@ -176,7 +176,7 @@ class Completer:
 
         async def answer(prepared, frozen, checker, drafts: _DraftFinisher) -> list[Suggestion]:
             try:
-                result = await self.engine.denoise(prepared.request, drafts.arrived if on_draft else _no_draft)
+                result = await self.engine.denoise(prepared.request, drafts.arrived if on_draft else None)
             except EngineUnavailableError as error:
                 log.info("no completion: %s", error)
                 return []
@@ -215,7 +215,7 @@ class Completer:
             )
         )
         try:
-            result = await self.engine.denoise(prepared, lambda draft: None)
+            result = await self.engine.denoise(prepared)
         except EngineUnavailableError as error:
             log.info("no rewrite: %s", error)
             return None
@@ -285,10 +285,6 @@ class _DraftFinisher:
             return None
         confidence = result.candidates[0].confidence
         return [msgspec.structs.replace(c, confidence=confidence) for c in self.ready[1]]
-
-
-def _no_draft(_step: Draft) -> None:
-    pass
 
 
 def _suggestion(target: _Target, text: str, replace_chars: int) -> Suggestion:

@@ -384,7 +384,7 @@ class DaemonEngineClient:
     def on_status(self, listener: StatusListener) -> None:
         self._listeners.append(listener)
 
-    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
+    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener | None = None) -> DenoiseResult:
         try:
             return await self._denoise_once(request, on_draft)
         except ConnectionLostError as error:
@@ -397,15 +397,15 @@ class DaemonEngineClient:
         except ConnectionLostError as error:
             raise EngineUnavailableError(str(error)) from None
 
-    async def _denoise_once(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
+    async def _denoise_once(self, request: DenoiseRequest, on_draft: DraftListener | None) -> DenoiseResult:
         session = await self._attached()
         job_id = next(self._ids)
         done: asyncio.Future[DenoiseResult] = asyncio.get_running_loop().create_future()
-        self._jobs[job_id] = (done, on_draft)
+        self._jobs[job_id] = (done, on_draft or _ignore_draft)
         try:
             if not session.alive:  # it died while we resumed: _on_closed has already failed the others
                 raise ConnectionLostError(f"the engine daemon (pid {session.pid}) went away; restarting it")
-            session.send(Submit(id=job_id, request=request))
+            session.send(Submit(id=job_id, request=request, drafts=on_draft is not None))
             return await asyncio.shield(done)
         except asyncio.CancelledError:
             self._jobs[job_id] = (done, _ignore_draft)  # no drafts of a cancelled request reach the editor

@@ -388,12 +388,13 @@ class EngineDaemon:
         connection = job.connection
 
         def on_draft(draft) -> None:  # worker thread
-            if job.drafts and not job.cancel.is_set():
+            if not job.cancel.is_set():
                 loop.call_soon_threadsafe(self._send_draft, job, draft)
 
         try:
+            # No listener when the client wants no drafts: the engine then decodes none.
             result = await loop.run_in_executor(
-                self._executor, self.service.denoise, job.request, on_draft, job.cancel
+                self._executor, self.service.denoise, job.request, on_draft if job.drafts else None, job.cancel
             )
         except errors.CancelledError as error:
             connection.send(Failed(id=job.id, kind="cancelled", message=str(error)))

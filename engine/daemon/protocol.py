@@ -85,7 +85,7 @@ class Submit(msgspec.Struct, frozen=True, kw_only=True, tag="submit"):
     request: DenoiseRequest
     """The job; its priority orders the daemon's queue."""
     drafts: bool = True
-    """Stream a DraftFrame after every step."""
+    """Stream a DraftFrame after every step; False: the engine makes no drafts at all."""
 
 
 class Cancel(msgspec.Struct, frozen=True, kw_only=True, tag="cancel"):

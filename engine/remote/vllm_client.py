@@ -340,7 +340,7 @@ class VllmEngineClient:
 
     # -- work ---------------------------------------------------------------------------------
 
-    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener) -> DenoiseResult:
+    async def denoise(self, request: DenoiseRequest, on_draft: DraftListener | None = None) -> DenoiseResult:
         """Denoise on the server; `on_draft` is never called (the API streams no steps)."""
         if self._closed:
             raise EngineUnavailableError("the engine is closed")

@@ -21,10 +21,24 @@ import pytest
 from daemon_helpers import LONG, TIMEOUT, quick, raw_hello, wait_for_status, within
 
 from dgemma_lsp.engine import errors
+from dgemma_lsp.engine.api import EngineStatus
 from dgemma_lsp.engine.client import EngineUnavailableError
 from dgemma_lsp.engine.daemon.client import DaemonEngineClient, open_stream, query_info, spawn_daemon
-from dgemma_lsp.engine.daemon.paths import EnginePaths, engine_key, read_token
-from dgemma_lsp.engine.daemon.protocol import PROTOCOL_VERSION, EngineKey, Hello, Refused, Welcome
+from dgemma_lsp.engine.daemon.paths import EnginePaths, engine_key, new_token, read_token, write_private
+from dgemma_lsp.engine.daemon.protocol import (
+    PROTOCOL_VERSION,
+    DraftFrame,
+    EngineKey,
+    Failed,
+    Hello,
+    Refused,
+    Result,
+    Submit,
+    Welcome,
+    client_decoder,
+    daemon_decoder,
+    encode_frame,
+)
 
 
 @dataclass
@@ -90,6 +104,63 @@ async def test_a_malformed_or_oversized_frame_closes_only_that_connection(daemon
     writer.close()
     result = await within(client.denoise(quick(), lambda draft: None))  # the others are still served
     assert len(result.candidates) == 1
+
+
+async def test_a_job_submitted_without_drafts_streams_none(daemon: Daemon):
+    """An editor with drafts off asks for none, and the daemon sends (and decodes) none."""
+    reader, writer = await open_stream(daemon.paths)
+    writer.write(encode_frame(Hello(version=PROTOCOL_VERSION, token=read_token(daemon.paths.token), engine=daemon.key)))
+    decoder = daemon_decoder()
+
+    async def frames_until_result(job_id: int) -> list:
+        seen: list = []
+        while not any(isinstance(m, Result) and m.id == job_id for m in seen):
+            data = await within(reader.read(65536))
+            assert data, "the daemon closed the connection"
+            seen.extend(decoder.feed(data))
+        return [m for m in seen if getattr(m, "id", None) == job_id]
+
+    try:
+        writer.write(encode_frame(Submit(id=1, request=quick(), drafts=True)))
+        with_drafts = await frames_until_result(1)
+        writer.write(encode_frame(Submit(id=2, request=quick(), drafts=False)))
+        without = await frames_until_result(2)
+    finally:
+        writer.close()
+    assert sum(isinstance(m, DraftFrame) for m in with_drafts) == quick().settings.steps
+    assert [type(m) for m in without] == [Result]
+    assert len(without[0].result.candidates) == 1
+
+
+async def test_the_client_asks_for_drafts_only_when_someone_listens(runtime_dir):
+    """The other side of `test_a_job_submitted_without_drafts_streams_none`: a peer that speaks
+    the daemon's handshake records what the real client submits, and fails every job."""
+    key = engine_key("tiny")
+    paths = EnginePaths.for_key(key, folder=runtime_dir)
+    write_private(paths.token, new_token())
+    submits: asyncio.Queue[Submit] = asyncio.Queue()
+
+    async def peer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        decoder = client_decoder()
+        while data := await reader.read(65536):
+            for message in decoder.feed(data):
+                if isinstance(message, Hello):
+                    status = EngineStatus(state="ready", model="tiny")
+                    writer.write(encode_frame(Welcome(version=PROTOCOL_VERSION, pid=os.getpid(), status=status)))
+                elif isinstance(message, Submit):
+                    submits.put_nowait(message)
+                    writer.write(encode_frame(Failed(id=message.id, kind="engine", message="recorded")))
+
+    server = await asyncio.start_unix_server(peer, path=str(paths.socket))
+    engine = DaemonEngineClient(key, paths=paths, spawn=False, name="test")
+    try:
+        for listener, wanted in ((None, False), (lambda draft: None, True)):
+            with pytest.raises(errors.EngineError, match="recorded"):
+                await within(engine.denoise(quick(), listener), 30)
+            assert (await within(submits.get(), 30)).drafts is wanted
+    finally:
+        await engine.close()
+        server.close()
 
 
 async def test_cancel_reaches_the_running_denoise(daemon: Daemon, client):

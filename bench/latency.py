@@ -17,6 +17,10 @@ Per keystroke it times, from the didChange being sent:
   loopStallMs      the longest time the server's event loop was blocked during the
                    keystroke (its loop monitor, read with the `dgemma.serverStats`
                    command after the keystroke's two requests), {p50, p99, max};
+  loopBusyMs       the longest single pass of the server's event loop through its ready
+                   callbacks during the keystroke (the same monitor), {p50, p99, max}: the
+                   part of a stall that is our own code holding the loop, without the
+                   loop's thread waking up (the OS, the GIL at wake-up);
   loopStallFloorMs with --loop-floor only: the same monitor in a bare event loop beside the
                    server, read in the same windows (bench/loop_floor.py): what this
                    machine's scheduler does to any process while the engine computes,
@@ -97,6 +101,8 @@ class LatencyReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Repeated requests answered without the engine (of `keystrokes`)."""
     loop_stall_ms: StallPercentiles
     """Per keystroke, the longest time the server's event loop was blocked."""
+    loop_busy_ms: StallPercentiles
+    """Per keystroke, the longest pass of the server's event loop through its ready callbacks."""
     loop_stall_floor_ms: StallPercentiles | None
     """Per keystroke, the longest stall of a bare event loop beside the server (the machine's
     floor); None unless asked for (`--loop-floor`)."""
@@ -205,7 +211,7 @@ async def measure(
 
     await client.start(*command)
     samples: dict[str, Any] = {"final": [], "first_draft": [], "cache_hit": [], "overhead": [], "engine": [],
-                               "cache_hits": 0, "loop_stall": [], "loop_floor": [], "encoded": [],
+                               "cache_hits": 0, "loop_stall": [], "loop_busy": [], "loop_floor": [], "encoded": [],
                                "from_drafts": 0}
     floor = LoopFloor() if loop_floor else None
     try:
@@ -280,6 +286,8 @@ async def measure(
                 samples["loop_floor"].append(floor_ms)
             if stats.get("loopStallMs") is not None:
                 samples["loop_stall"].append(float(stats["loopStallMs"]))
+            if stats.get("loopBusyMs") is not None:
+                samples["loop_busy"].append(float(stats["loopBusyMs"]))
             samples["encoded"].extend(int(n) for n in stats.get("encodedTokens") or ())
             final_ms = (final - started) * 1000
             samples["final"].append(final_ms)
@@ -378,6 +386,7 @@ def run_benchmark(
         engine_ms=percentiles(samples["engine"]),
         cache_hits=samples["cache_hits"],
         loop_stall_ms=stall,
+        loop_busy_ms=_stall_percentiles(samples["loop_busy"]),
         loop_stall_floor_ms=_stall_percentiles(samples["loop_floor"]) if loop_floor else None,
         encoded_tokens=percentiles(samples["encoded"]),
         answers_from_drafts=samples["from_drafts"],
@@ -418,6 +427,9 @@ def table_rows(report: LatencyReport) -> list[tuple[str, str, str]]:
         (name, "loopStallMs", cell(Percentiles(report.loop_stall_ms.p50, report.loop_stall_ms.p99),
                                    TARGET_LOOP_STALL_P99_MS)
          + ("" if report.loop_stall_ms.max is None else f"  max {report.loop_stall_ms.max:.2f}")),
+        (name, "loopBusyMs", cell(Percentiles(report.loop_busy_ms.p50, report.loop_busy_ms.p99))
+         + ("" if report.loop_busy_ms.max is None else f"  max {report.loop_busy_ms.max:.2f}")
+         + "  (our code holding the loop)"),
         *([] if report.loop_stall_floor_ms is None else [
             (name, "loopStallFloorMs",
              cell(Percentiles(report.loop_stall_floor_ms.p50, report.loop_stall_floor_ms.p99))

@@ -45,8 +45,8 @@ REWRITE_COMMAND = "dgemma.rewriteSelection"
 STATUS_COMMAND = "dgemma.status"
 RELOAD_COMMAND = "dgemma.reloadModel"
 STATS_COMMAND = "dgemma.serverStats"
-"""For benchmarks: the longest event-loop stall and the prompt tokens encoded per request since
-the previous call (the first call starts the loop monitor)."""
+"""For benchmarks: the longest event-loop stall, the longest busy pass of the loop and the prompt
+tokens encoded per request since the previous call (the first call starts the loop monitor)."""
 DRAFT_NOTIFICATION = "dgemma/draft"
 STATUS_NOTIFICATION = "dgemma/status"
 DID_SHOW = "dgemma/didShowCompletion"
@@ -434,8 +434,9 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.loop_monitor.start()
         encoded = list(ls.completer.encoded_tokens)
         ls.completer.encoded_tokens.clear()
-        return {"loopStallMs": ls.loop_monitor.take() if started else None, "encodedTokens": encoded,
-                "answersFromDrafts": ls.completer.answers_from_drafts}
+        return {"loopStallMs": ls.loop_monitor.take() if started else None,
+                "loopBusyMs": ls.loop_monitor.take_busy() if started else None,
+                "encodedTokens": encoded, "answersFromDrafts": ls.completer.answers_from_drafts}
 
     @server.feature(DID_SHOW)
     def did_show(ls: DGemmaServer, params: Any) -> None:

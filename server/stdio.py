@@ -26,6 +26,8 @@ import threading
 
 from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
 
+from .loop_monitor import TimedEventLoop
+
 log = logging.getLogger(__name__)
 
 READ_LIMIT = 1 << 20
@@ -74,8 +76,11 @@ def serve_stdio(server, stdin=None, stdout=None) -> None:
         except asyncio.IncompleteReadError:  # stdin closed in the middle of a message: the client is gone
             log.error("stdin closed in the middle of a message; shutting down")
 
+    # On a loop whose passes the loop monitor can time (Windows keeps its default proactor loop).
+    loop_factory = None if sys.platform == "win32" else TimedEventLoop
     try:
-        asyncio.run(main())
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(main())
     except BrokenPipeError:
         log.error("the connection to the client is lost; shutting down")
     except (KeyboardInterrupt, SystemExit):

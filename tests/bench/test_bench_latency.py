@@ -12,6 +12,8 @@ def test_a_short_typing_session_yields_every_figure():
     assert report.cache_hits == 6  # the repeated request never reached the engine
     stall = report.loop_stall_ms  # read from the server's own loop monitor
     assert stall.p50 is not None and 0 <= stall.p50 <= stall.p99 <= stall.max
+    busy = report.loop_busy_ms  # the server loop's passes through its callbacks
+    assert busy.p50 is not None and 0 < busy.p50 <= busy.p99 <= busy.max
     floor = report.loop_stall_floor_ms  # a bare loop beside the server, read in the same windows
     assert floor.p50 is not None and 0 <= floor.p50 <= floor.p99 <= floor.max
     assert report.encoded_tokens.p50 is not None and report.encoded_tokens.p50 > 0  # at least the tail

@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from dgemma_lsp.server.loop_monitor import LoopMonitor
+from dgemma_lsp.server.loop_monitor import LoopMonitor, TimedEventLoop
 
 
 def _monitor_threads() -> list[threading.Thread]:
@@ -36,6 +36,28 @@ def test_a_callback_that_blocks_the_loop_is_measured():
     # Lower bounds only: the posting thread may start late on a busy machine, never early.
     assert blocked >= 30.0
     assert after < blocked  # take() starts over
+
+
+def test_a_busy_pass_is_timed_on_the_timed_loop_and_only_there():
+    async def main() -> tuple[float | None, float | None, float | None]:
+        monitor = LoopMonitor()
+        monitor.start()
+        await asyncio.sleep(0.02)
+        monitor.take_busy()
+        time.sleep(0.03)  # our code holding the loop for 30 ms in one pass
+        await asyncio.sleep(0.01)
+        busy = monitor.take_busy()
+        await asyncio.sleep(0.02)  # idle: the loop waits in its selector, which is not busy
+        idle = monitor.take_busy()
+        monitor.stop()
+        return busy, idle, monitor.take_busy()
+
+    with asyncio.Runner(loop_factory=TimedEventLoop) as runner:
+        busy, idle, stopped = runner.run(main())
+    assert busy is not None and busy >= 30.0
+    assert idle is not None and idle < 15.0  # the 20 ms spent waiting in the selector do not count
+    assert stopped is None  # nothing watched once stopped
+    assert asyncio.run(main())[0] is None  # another loop has no busy figure, and says so
 
 
 def test_stop_ends_the_monitor_thread_and_a_closed_loop_ends_it_too():

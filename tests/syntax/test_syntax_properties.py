@@ -2,7 +2,8 @@
 
 - After any sequence of edits, the incrementally edited tree equals a fresh parse of the
   same text (S-expression and every node's byte span and points), non-ASCII text included;
-  rows counted from the last known point equal a count from the start.
+  rows counted from the last known point equal a count from the start, and str <-> byte
+  offsets equal a conversion from the start.
 - The context never exceeds its token budget, and its prefix/suffix are the text around the cursor.
 - While the user types on one line, the preamble and the prefix before that line stay byte-identical,
   and the context's token count stays exact although only the cursor's line is counted again.
@@ -104,6 +105,20 @@ def test_rows_counted_from_the_last_known_point_equal_a_count_from_the_start(cas
     for where in wheres:
         offset = int(where * len(doc.text))
         assert doc.row_of(offset) == doc.text.count("\n", 0, offset)
+
+
+@settings(max_examples=100, deadline=None)
+@given(edit_sequences(), st.lists(st.floats(0, 1), min_size=1, max_size=8))
+def test_offsets_convert_like_a_count_from_the_start(case, wheres):
+    """str <-> byte offsets of a text of several OFFSET_CHUNKs, through edits that change them."""
+    language, edits = case
+    doc = SyntaxDocument(SEEDS[language] * 150, language)
+    for (start, end, new_text), where in zip(edits, wheres * len(edits), strict=False):
+        for offset in (0, int(where * len(doc.text)), len(doc.text)):
+            byte = doc.byte_offset(offset)
+            assert byte == len(doc.text[:offset].encode("utf-8"))
+            assert doc.str_offset(byte) == offset
+        doc.edit(start, end, new_text)  # a new revision: the checkpoints are made again
 
 
 @settings(max_examples=150, deadline=None)

@@ -5,6 +5,8 @@
   rows counted from the last known point equal a count from the start, and str <-> byte
   offsets equal a conversion from the start.
 - The context never exceeds its token budget, and its prefix/suffix are the text around the cursor.
+- The window's boundaries and the preamble, found by looking only at the children near the window
+  (nearest first), are those a walk over every child of every enclosing block finds.
 - While the user types on one line, the preamble and the prefix before that line stay byte-identical,
   and the context's token count stays exact although only the cursor's line is counted again.
 - Post-processing never returns whitespace-only text, nor more lines than the plan allows.
@@ -17,7 +19,9 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dgemma_lsp.bench.syntax_bench import generate_source
 from dgemma_lsp.engine.api import DenoiseResult, GenerationSettings, RawCandidate, Timings
+from dgemma_lsp.engine.syntax import context as context_module
 from dgemma_lsp.engine.syntax.context import approx_token_count, build_context
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import (
@@ -26,6 +30,7 @@ from dgemma_lsp.engine.syntax.infill import (
     finish_lone_candidate,
     prepare_infill,
 )
+from dgemma_lsp.engine.syntax.languages import DEFINITION_TYPES, IMPORT_TYPES
 from dgemma_lsp.engine.syntax.planning import plan_hole
 from dgemma_lsp.engine.syntax.postprocess import finish_text
 
@@ -119,6 +124,73 @@ def test_offsets_convert_like_a_count_from_the_start(case, wheres):
             assert byte == len(doc.text[:offset].encode("utf-8"))
             assert doc.str_offset(byte) == offset
         doc.edit(start, end, new_text)  # a new revision: the checkpoints are made again
+
+
+def _every_child_preamble(doc, chains, window_start, window_end, share):
+    """The preamble's rule applied to every child: headers, imports, then signatures by distance."""
+    items = []
+    for depth, container in enumerate(reversed(chains)):
+        inner = chains[len(chains) - depth - 2] if depth + 1 < len(chains) else None
+        scope = context_module._scope_of(inner, container) if inner is not None else None
+        for index, child in enumerate(container.children):
+            start, end = doc.node_span(child)
+            holds_scope = scope is not None and child.start_byte <= scope.start_byte < child.end_byte
+            if window_start < end and start < window_end or holds_scope:
+                continue
+            if child.type in IMPORT_TYPES.get(doc.language, ()):
+                items.append((1, (depth, index), context_module._lines_from(doc, start, end)))
+            elif child.type in DEFINITION_TYPES.get(doc.language, ()):
+                distance = min(abs(window_start - end), abs(start - window_end))
+                items.append((2 + distance, (depth, index), context_module._signature(doc, child)))
+        if scope is not None and doc.node_span(scope)[0] < window_start:
+            items.append((0, (depth, len(container.children)), context_module._header(doc, scope, inner)))
+    chosen, used, misses = [], 0, 0
+    for _, order, text in sorted(items, key=lambda item: item[:2]):
+        cost = approx_token_count(text) + 1
+        if used + cost <= share:
+            used += cost
+            chosen.append((order, text))
+        elif (misses := misses + 1) > 8:
+            break
+    return "".join(text + "\n" for _, text in sorted(chosen))
+
+
+IMPORT_LINES = {"python": "import zz\n", "javascript": "import z from 'z';\n", "typescript": "import z from 'z';\n",
+                "tsx": "import z from 'z';\n", "go": "import \"zz\"\n", "rust": "use zz;\n", "c": "#include <zz.h>\n",
+                "cpp": "#include <zz>\n", "java": "import zz.Z;\n", "lua": ""}
+"""An import anywhere in a file (the preamble takes every import outside the window, first)."""
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(LANGUAGES), st.integers(20, 1500), st.lists(st.tuples(st.floats(0, 1), TEXT), max_size=3),
+       st.lists(st.floats(0, 1), max_size=3), st.floats(0, 1), st.sampled_from([120, 512, 2048, 4096]))
+def test_a_window_found_near_the_cursor_equals_one_found_among_every_child(language, lines, edits, imports, where,
+                                                                           budget):
+    # A file with many definitions of their own names (most far from the cursor), a few edits in it.
+    text = generate_source(language, lines)
+    for at in imports:
+        cut = text.rfind("\n", 0, int(at * len(text))) + 1
+        text = text[:cut] + IMPORT_LINES[language] + text[cut:]
+    for at, new_text in edits:
+        cut = int(at * len(text))
+        text = text[:cut] + new_text + text[cut:]
+    doc = SyntaxDocument(text, language)
+    text, offset = doc.text, int(where * len(doc.text))
+    line_start = text.rfind("\n", 0, offset) + 1
+    line_end = len(text) if text.find("\n", offset) < 0 else text.find("\n", offset)
+    chains = context_module._container_chains(doc, offset, line_start)
+    before = context_module._lines_before(doc, line_start, int(budget * context_module.PREFIX_SHARE))
+    after = context_module._lines_after(text, line_end, int(budget * context_module.SUFFIX_SHARE))
+    starts, ends = context_module._boundaries(doc, chains, line_start, line_end, before.earliest, after.furthest)
+    all_starts, all_ends = context_module._boundaries(doc, chains, line_start, line_end, 0, len(text))
+    # What the window choice reads of them: the boundaries within reach of the shares.
+    assert [b for b in starts if b in before.cost_at] == [b for b in all_starts if b in before.cost_at]
+    assert [b for b in ends if b in after.cost_at] == [b for b in all_ends if b in after.cost_at]
+    window_start = context_module._choose_window_start(before, starts, int(budget * context_module.PREFIX_SHARE))
+    window_end = context_module._choose_window_end(after, ends)
+    share = int(budget * context_module.PREAMBLE_SHARE)
+    assert context_module._build_preamble(doc, chains, window_start, window_end, share) == \
+        _every_child_preamble(doc, chains, window_start, window_end, share)
 
 
 @settings(max_examples=150, deadline=None)

@@ -138,13 +138,13 @@ def _compute_stable_part(doc: SyntaxDocument, offset: int, line_start: int, line
     starts, ends = _boundaries(doc, chains, line_start, line_end, before.earliest, after.furthest)
     window_start = _choose_window_start(before, starts, int(budget * PREFIX_SHARE))
     window_end = _choose_window_end(after, ends)
-    preamble = _build_preamble(doc, chains, window_start, window_end, int(budget * PREAMBLE_SHARE))
+    preamble, preamble_tokens = _build_preamble(doc, chains, window_start, window_end, int(budget * PREAMBLE_SHARE))
+    # The walks counted the windows line by line: no token spans a newline, so the sums are exact.
     return _StablePart(
         revision=doc.revision, line_start=line_start, tail_after_line=len(text) - line_end,
         tail_after_window=len(text) - window_end, window_start=window_start, preamble=preamble,
-        budget=budget, preamble_tokens=approx_token_count(preamble),
-        prefix_lines_tokens=approx_token_count(text[window_start:line_start]),
-        suffix_lines_tokens=approx_token_count(text[line_end:window_end]),
+        budget=budget, preamble_tokens=preamble_tokens,
+        prefix_lines_tokens=before.cost_at[window_start], suffix_lines_tokens=after.cost_at[window_end],
     )
 
 
@@ -336,10 +336,10 @@ def _end_byte(node: tree_sitter.Node) -> int:
 
 
 def _build_preamble(doc: SyntaxDocument, chains: list[tree_sitter.Node], window_start: int,
-                    window_end: int, share: int) -> str:
-    """Imports, enclosing scope headers and sibling signatures that lie outside the window."""
+                    window_end: int, share: int) -> tuple[str, int]:
+    """Imports, enclosing scope headers and sibling signatures that lie outside the window; and its tokens."""
     if doc.whole_tree is None or share <= 0:
-        return ""
+        return "", 0
     # Items as (priority, order, node, inner, form): headers first, then imports, then the
     # signatures nearest the window; order is (depth, child index). Text is made lazily, best
     # first, until the share is spent: a file may have a thousand top-level definitions, so
@@ -367,7 +367,7 @@ def _build_preamble(doc: SyntaxDocument, chains: list[tree_sitter.Node], window_
             item = _lines_from(doc, *doc.node_span(node))
         else:
             item = _signature(doc, node)
-        cost = approx_token_count(item) + 1
+        cost = _line_tokens(item) + 1  # its newline is one more
         if used + cost > share:
             misses += 1
             if misses > 8:
@@ -376,7 +376,7 @@ def _build_preamble(doc: SyntaxDocument, chains: list[tree_sitter.Node], window_
         used += cost
         chosen.append((position, item))
     chosen.sort()
-    return "".join(item + "\n" for _, item in chosen)
+    return "".join(item + "\n" for _, item in chosen), used
 
 
 def _item_key(item: tuple) -> tuple[int, tuple[int, int]]:

@@ -152,7 +152,7 @@ def _every_child_preamble(doc, chains, window_start, window_end, share):
             chosen.append((order, text))
         elif (misses := misses + 1) > 8:
             break
-    return "".join(text + "\n" for _, text in sorted(chosen))
+    return "".join(text + "\n" for _, text in sorted(chosen)), used
 
 
 IMPORT_LINES = {"python": "import zz\n", "javascript": "import z from 'z';\n", "typescript": "import z from 'z';\n",

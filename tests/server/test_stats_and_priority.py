@@ -55,7 +55,7 @@ class PriorityNotingEngine:
         self.engine = InProcessEngineClient(InfillService("tiny"))
         self.priorities: list[int] = []
 
-    async def denoise(self, request, on_draft):
+    async def denoise(self, request, on_draft=None):
         self.priorities.append(request.priority)
         return await self.engine.denoise(request, on_draft)
 

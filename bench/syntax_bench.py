@@ -13,7 +13,9 @@ up-to-date tree, the slower case. Reports p50/p99/max in ms per language, over a
 keystrokes and over the first keystroke on a fresh line (where the context's stable
 part is recomputed). Brackets are auto-closed as editors do by default (`--no-autoclose`
 types them unpaired: tree-sitter's error recovery then reparses to the end of the file).
-Pure CPU; no model, no torch.
+`--non-ascii` puts a comment of non-ASCII text near the top of each file, so that str and
+byte offsets differ for nearly all of it (until 2026-11-24 that made each conversion read
+the file from its start). Pure CPU; no model, no torch.
 """
 
 from __future__ import annotations
@@ -65,15 +67,22 @@ _TEMPLATES = {
             "  print(total)\n  return a\nend\n\n"),
 }
 _CLOSING = {"java": "}\n"}
+_COMMENT = {"python": "#", "lua": "--"}
+"""How a line comment starts, where it is not `//`."""
+NON_ASCII_LINE = "naïve café, 中文 ✓"
+"""With --non-ascii: a comment under the header (str and byte offsets then differ after it)."""
 _TYPED = "result = compute(total, 42) "
 """Characters typed per line before Enter (28 keystrokes + Enter)."""
 _RAW = "compute(total, 42)\n    return result\n```"
 
 
-def generate_source(language: str, lines: int = 5000) -> str:
-    """A syntactically valid file of about `lines` lines in `language`."""
+def generate_source(language: str, lines: int = 5000, *, non_ascii: bool = False) -> str:
+    """A syntactically valid file of about `lines` lines in `language` (`non_ascii`: with a comment
+    of non-ASCII text near the top)."""
     header, template = _TEMPLATES[language]
     parts = [header]
+    if non_ascii:
+        parts.append(f"{_COMMENT.get(language, '//')} {NON_ASCII_LINE}\n")
     count = header.count("\n")
     i = 0
     while count < lines:
@@ -95,8 +104,9 @@ _PAIRS = {"(": ")", "[": "]", "{": "}"}
 
 
 def bench_language(language: str, keystrokes: int, budget: int, autoclose: bool = True, *,
-                   lines: int = 5000, parse_budget_s: float | None = KEYSTROKE_PARSE_BUDGET_S) -> dict:
-    source = generate_source(language, lines)
+                   lines: int = 5000, parse_budget_s: float | None = KEYSTROKE_PARSE_BUDGET_S,
+                   non_ascii: bool = False) -> dict:
+    source = generate_source(language, lines, non_ascii=non_ascii)
     doc = SyntaxDocument(source, language, parse_budget_s=parse_budget_s)
     offset = _cursor_in_middle(source)
     line_start = source.rfind("\n", 0, offset) + 1
@@ -172,6 +182,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "tree-sitter's error recovery")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--lines", type=int, default=5000, help="length of the generated file")
+    parser.add_argument("--non-ascii", action="store_true",
+                        help="a comment of non-ASCII text near the top of each file (str and byte offsets differ)")
     parser.add_argument("--parse-budget-ms", type=float, default=KEYSTROKE_PARSE_BUDGET_S * 1000.0,
                         help="reparse budget per keystroke, as the server uses it; 0 = unbounded (before issue 15)")
 
@@ -179,8 +191,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     autoclose = getattr(args, "autoclose", True)
     budget_ms = getattr(args, "parse_budget_ms", KEYSTROKE_PARSE_BUDGET_S * 1000.0)
+    non_ascii = getattr(args, "non_ascii", False)
     results = [bench_language(lang, args.keystrokes, args.budget, autoclose, lines=getattr(args, "lines", 5000),
-                              parse_budget_s=budget_ms / 1000.0 if budget_ms else None)
+                              parse_budget_s=budget_ms / 1000.0 if budget_ms else None, non_ascii=non_ascii)
                for lang in args.languages]
     if getattr(args, "json", False):
         sys.stdout.write(json.dumps({"benchmark": "syntax-keystroke", "results": results}, indent=2) + "\n")
@@ -188,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
     header = f"{'language':<11} {'lines':>6} {'keys':>5} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'Enter p50':>9} {'Enter max':>9} {'reparse p50':>11} {'reparse p99':>11} {'rest p99':>8} {'over budget':>11} {'catch-up p50':>12} {'catch-up p99':>12}"
     mode = "auto-closed brackets" if autoclose else "unpaired brackets"
     mode += f", parse budget {budget_ms:g} ms" if budget_ms else ", unbounded reparse"
+    mode += ", non-ASCII text" if non_ascii else ""
     sys.stdout.write(f"keystroke = incremental reparse + plan + context + post-process ({mode})\n" + header + "\n")
     for r in results:
         sys.stdout.write(

@@ -11,6 +11,8 @@
   and the context's token count stays exact although only the cursor's line is counted again.
 - Post-processing never returns whitespace-only text, nor more lines than the plan allows.
 - An answer finished from a draft (before the result) equals the finished result of that text.
+- A rewrite's context, planned on an incrementally edited copy, equals one planned on a fresh
+  parse of the text without the selection.
 """
 
 from __future__ import annotations
@@ -20,15 +22,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dgemma_lsp.bench.syntax_bench import generate_source
-from dgemma_lsp.engine.api import DenoiseResult, GenerationSettings, RawCandidate, Timings
+from dgemma_lsp.engine.api import DenoiseResult, GenerationSettings, HolePlan, RawCandidate, Region, Timings
 from dgemma_lsp.engine.syntax import context as context_module
 from dgemma_lsp.engine.syntax.context import approx_token_count, build_context
-from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import (
     candidate_checker,
     finish_candidates,
     finish_lone_candidate,
     prepare_infill,
+    prepare_rewrite,
 )
 from dgemma_lsp.engine.syntax.languages import DEFINITION_TYPES, IMPORT_TYPES
 from dgemma_lsp.engine.syntax.planning import plan_hole
@@ -265,3 +268,21 @@ def test_an_answer_finished_from_a_draft_equals_the_finished_result(language, wh
     from_draft = [msgspec.structs.replace(c, confidence=confidence)
                   for c in finish_lone_candidate(prepared, doc, raw, checker)]
     assert from_draft == finish_candidates(prepared, doc, result, checker)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from(LANGUAGES), st.sampled_from([40, 400, 3000]), st.booleans(), st.floats(0, 1),
+       st.integers(1, 400),
+       st.sampled_from([None, 0.0, KEYSTROKE_PARSE_BUDGET_S]))
+def test_a_rewrite_plans_on_the_text_without_its_selection(language, lines, non_ascii, where, length, budget):
+    """Budget 0: the copy's reparse parses only the region around the cut (as over budget)."""
+    text = generate_source(language, lines, non_ascii=non_ascii)
+    doc = SyntaxDocument(text, language, parse_budget_s=budget)
+    start = int(where * (len(text) - 1))
+    end = min(len(text), start + length)
+    request = prepare_rewrite(doc, start, end, 0.6, GenerationSettings())
+    fresh = SyntaxDocument(text[:start] + text[end:], language)
+    plan = HolePlan(kind="text", region=Region(start, start), stop="selection")
+    assert request.context == build_context(fresh, start, plan, 2048)
+    assert request.selection == text[start:end]
+    assert doc.text == text  # the document itself is untouched

@@ -115,6 +115,8 @@ class LoopMonitor:
     def _post(self, loop: asyncio.AbstractEventLoop, stop: threading.Event) -> None:
         """On the monitor thread: post one timed callback per interval while none is waiting."""
         while not stop.wait(self.interval_s):
+            if loop.is_closed():  # also when it closed with our last callback still waiting
+                return
             if self._in_flight:
                 continue  # the loop has not run the last one yet: it is still being measured
             self._in_flight = True

@@ -82,3 +82,13 @@ def test_stop_ends_the_monitor_thread_and_a_closed_loop_ends_it_too():
     asyncio.run(left_running())  # never stopped: the closed loop refuses its next callback
     _wait_until_gone()
     assert not _monitor_threads()
+
+    async def start_only() -> None:
+        LoopMonitor().start()
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(start_only())
+    time.sleep(0.02)  # the loop does not run: the monitor's callback waits in it, never run
+    loop.close()  # closed with that callback in flight
+    _wait_until_gone()
+    assert not _monitor_threads()

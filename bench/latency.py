@@ -15,15 +15,19 @@ Per keystroke it times, from the didChange being sent:
                    plan, context, post-process, thread hand-off and JSON-RPC
                    both ways. Tokenizing the prompt is counted as engine time;
   loopStallMs      the longest time the server's event loop was blocked during the
-                   keystroke (its loop monitor, read with the `dgemma.serverStats`
-                   command after the keystroke's two requests), {p50, p99, max};
+                   keystroke: what a callback handed to it from another thread waited, or
+                   its longest pass (its loop monitor, read with the `dgemma.serverStats`
+                   command after the keystroke's two requests), {p50, p99, max}. With
+                   --loop-probe the monitor also probes the loop every millisecond, as it
+                   did before 2026-11-24 evening; the probe slows the server it measures
+                   (server/loop_monitor.py), so it is off by default;
   loopBusyMs       the longest single pass of the server's event loop through its ready
                    callbacks during the keystroke (the same monitor), {p50, p99, max}: the
                    part of a stall that is our own code holding the loop, without the
                    loop's thread waking up (the OS, the GIL at wake-up);
-  loopStallFloorMs with --loop-floor only: the same monitor in a bare event loop beside the
-                   server, read in the same windows (bench/loop_floor.py): what this
-                   machine's scheduler does to any process while the engine computes,
+  loopStallFloorMs with --loop-floor only: the 1 ms probe in a bare event loop beside the
+                   server (compare it with a --loop-probe run), read in the same windows
+                   (bench/loop_floor.py): what this machine's scheduler does to any process while the engine computes,
                    {p50, p99, max}. Off by default: a process waking every millisecond
                    on two cores adds ~0.5 ms to the overhead's p50 and ~1 ms to its p99;
   encodedTokens    prompt tokens the engine encoded for the request after its prompt
@@ -103,6 +107,8 @@ class LatencyReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Per keystroke, the longest time the server's event loop was blocked."""
     loop_busy_ms: StallPercentiles
     """Per keystroke, the longest pass of the server's event loop through its ready callbacks."""
+    loop_probe: bool = False
+    """Whether the server's loop monitor also probed the loop every millisecond (`--loop-probe`)."""
     loop_stall_floor_ms: StallPercentiles | None
     """Per keystroke, the longest stall of a bare event loop beside the server (the machine's
     floor); None unless asked for (`--loop-floor`)."""
@@ -192,6 +198,7 @@ async def measure(
     settings: dict[str, Any],
     warmup: int = 3,
     loop_floor: bool = False,
+    loop_probe: bool = False,
     progress=None,
 ) -> dict[str, list[float] | int]:
     """Drive one server through the session; returns the raw samples."""
@@ -232,12 +239,12 @@ async def measure(
             "textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}})
         line, indent = typing_point(text)
 
-        async def server_stats() -> dict[str, Any]:
+        async def server_stats(*arguments: Any) -> dict[str, Any]:
             result = await asyncio.wait_for(client.request("workspace/executeCommand", {
-                "command": STATS_COMMAND, "arguments": []}), REQUEST_TIMEOUT_S)
+                "command": STATS_COMMAND, "arguments": list(arguments)}), REQUEST_TIMEOUT_S)
             return result or {}
 
-        await server_stats()  # starts the server's loop monitor
+        await server_stats({"probe": loop_probe})  # starts the server's loop monitor
         if floor is not None:
             await floor.start()
         lines = text.split("\n")
@@ -340,6 +347,7 @@ def run_benchmark(
     dtype: str | None = None,
     layout: str | None = None,
     loop_floor: bool = False,
+    loop_probe: bool = False,
     progress=None,
 ) -> LatencyReport:
     generated = None
@@ -360,7 +368,7 @@ def run_benchmark(
     try:
         samples = asyncio.run(measure(server_command(model, device, dtype, log_file), file,
                                       keystrokes=keystrokes, settings=settings, loop_floor=loop_floor,
-                                      progress=progress))
+                                      loop_probe=loop_probe, progress=progress))
     except Exception:
         tail = Path(log_file).read_text(errors="replace")[-2000:]
         if tail and progress:
@@ -387,6 +395,7 @@ def run_benchmark(
         cache_hits=samples["cache_hits"],
         loop_stall_ms=stall,
         loop_busy_ms=_stall_percentiles(samples["loop_busy"]),
+        loop_probe=loop_probe,
         loop_stall_floor_ms=_stall_percentiles(samples["loop_floor"]) if loop_floor else None,
         encoded_tokens=percentiles(samples["encoded"]),
         answers_from_drafts=samples["from_drafts"],
@@ -426,7 +435,8 @@ def table_rows(report: LatencyReport) -> list[tuple[str, str, str]]:
         (name, "cache hits", f"{report.cache_hits}/{report.keystrokes}"),
         (name, "loopStallMs", cell(Percentiles(report.loop_stall_ms.p50, report.loop_stall_ms.p99),
                                    TARGET_LOOP_STALL_P99_MS)
-         + ("" if report.loop_stall_ms.max is None else f"  max {report.loop_stall_ms.max:.2f}")),
+         + ("" if report.loop_stall_ms.max is None else f"  max {report.loop_stall_ms.max:.2f}")
+         + ("  (with the 1 ms probe)" if report.loop_probe else "")),
         (name, "loopBusyMs", cell(Percentiles(report.loop_busy_ms.p50, report.loop_busy_ms.p99))
          + ("" if report.loop_busy_ms.max is None else f"  max {report.loop_busy_ms.max:.2f}")
          + "  (our code holding the loop)"),
@@ -456,6 +466,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--loop-floor", action="store_true",
                         help="also measure a bare event loop beside the server (loopStallFloorMs); "
                              "it perturbs the other figures a little")
+    parser.add_argument("--loop-probe", action="store_true",
+                        help="the server's loop monitor also probes its loop every millisecond (the "
+                             "monitor before 2026-11-24 evening); it slows the server it measures")
 
 
 def run_from_args(args) -> LatencyReport:
@@ -463,7 +476,7 @@ def run_from_args(args) -> LatencyReport:
                          keystrokes=args.keystrokes, steps=args.steps,
                          max_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
                          layout=getattr(args, "layout", None), loop_floor=getattr(args, "loop_floor", False),
-                         progress=say)
+                         loop_probe=getattr(args, "loop_probe", False), progress=say)
 
 
 def run(args) -> int:

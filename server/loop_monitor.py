@@ -1,31 +1,37 @@
 """How long the event loop was blocked, and how much prompt the engine encoded: figures for `bench latency`.
 
-A monitor thread wakes every millisecond and posts a callback to the loop
-(`call_soon_threadsafe`, which writes to the loop's self-pipe, as a message from the
-editor would arrive); the callback records how long it waited. The longest wait since
-the last reading is the longest time the loop could not react to an event: a handler or
-callback running, the GIL held by another thread, or the loop's thread waiting for a core.
-One callback is in flight at a time, so a loop blocked for 5 ms shows as one 5 ms wait.
+A stall is how long something handed to the loop waited before the loop ran it. On the
+server's own loop (`TimedEventLoop`) it is read from the real traffic, with no thread of
+its own: every callback another thread posts (`call_soon_threadsafe`: the syntax worker's
+results and drafts, the in-process engine's) records its wait from posting to running, and
+the selector times each pass of the loop through its ready callbacks; the reading is the
+longest of both. The wait covers the loop busy, the GIL held by another thread and the
+loop's thread waiting for a core; the pass covers a block that nothing happened to wait
+behind. A loop blocked for 5 ms shows as one 5 ms stall either way. What it cannot see is
+the loop's thread waking for a message from a pipe or socket (the editor's, the daemon's):
+nothing says when those bytes arrived. That wake-up is the OS's, and the probe below counts it.
 
-Why not a timer on the loop (`asyncio.sleep(0.001)` and its lateness), as before
-2026-11-24: asyncio's epoll selector rounds every timeout up to a whole millisecond, so a
-loop woken by I/O in the middle of an interval sleeps on to the next millisecond, and the
-timer counted that as a stall of up to 1 ms although nothing blocked the loop (bench
-latency: p50 1.0 ms with the timer, 0.3 ms measured this way; bench/RESULTS.md).
+Why not a probe (a thread posting a callback every millisecond and timing its wait), as
+the server did until 2026-11-24 evening: the probe wakes the loop and takes the GIL a
+thousand times a second, and on the 2-core development machine that made the server
+slower while it watched (bench latency, 14 runs alternating with and without it: overhead
+a median +0.4 ms at p50 and +0.8 ms at p99, slower in 13 and 12 of the pairs; see
+bench/RESULTS.md). A session that is not measured never runs it, so the figures came from a
+slower server than the editor talks to. The probe
+remains where there is no real traffic to time: a loop that is not a `TimedEventLoop`
+(pygls' TCP server, tests) and `probe=True` (`bench latency --loop-probe`, and the bare
+loop below). An earlier version timed how late a 1 ms `asyncio.sleep` woke; asyncio's
+epoll selector rounds timeouts up to whole milliseconds, so it read ~1 ms of stall with
+nothing blocking the loop.
 
-A wait has two parts, told apart by `TimedEventLoop`, the loop the server runs on: the
-loop's thread waking up (the OS scheduling it, and the GIL when it wakes; on the 2-core
-development machine that alone reaches ~3-4 ms at p99, see bench/RESULTS.md), and the loop
-busy running callbacks. `take_busy` is the longest single pass of the loop through its ready
-callbacks, from the selector's return to its next call: how long our own code held the loop
-(a wait for the GIL inside that pass included). A loop created elsewhere (pygls' TCP
-server) has no busy figure.
+`take_busy` is the longest pass alone: how long our own code held the loop (a wait for
+the GIL inside that pass included). A loop created elsewhere has no busy figure.
 
 It runs only once a client asked for it (the `dgemma.serverStats` command), so a normal
 session pays nothing. Run as `python -m dgemma_lsp.server.loop_monitor`, it is a bare
-event loop with only the monitor, answering each `take` line on stdin with a reading:
-the machine's floor that `bench latency --loop-floor` reads beside the server. Knows
-asyncio and threads; nothing of LSP, documents or models.
+event loop with only the probe, answering each `take` line on stdin with a reading: the
+machine's floor that `bench latency --loop-floor` reads beside the server. Knows asyncio
+and threads; nothing of LSP, documents or models.
 """
 
 from __future__ import annotations
@@ -44,31 +50,50 @@ class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type
         super().__init__()
         self.watched = False
         self.longest_pass_s = 0.0
+        self.longest_wait_s = 0.0
+        """The longest stall: a callback posted from another thread waiting (`TimedEventLoop`),
+        or a pass (what anything arriving during it waited)."""
         self._returned: float | None = None
 
     def select(self, timeout=None):
         if self._returned is not None:  # a pass through the ready callbacks ends here
-            self.longest_pass_s = max(self.longest_pass_s, time.perf_counter() - self._returned)
+            busy = time.perf_counter() - self._returned
+            self.longest_pass_s = max(self.longest_pass_s, busy)
+            self.longest_wait_s = max(self.longest_wait_s, busy)
         events = super().select(timeout)
         self._returned = time.perf_counter() if self.watched else None
         return events
 
 
 class TimedEventLoop(asyncio.SelectorEventLoop):
-    """asyncio's selector loop, whose passes through its ready callbacks a `LoopMonitor` can time
-    (two clock reads per pass, only while one watches)."""
+    """asyncio's selector loop, whose passes through its ready callbacks and whose callbacks posted
+    from other threads a `LoopMonitor` can time (two clock reads each, only while one watches)."""
 
     def __init__(self) -> None:
         self.timed_selector = _TimedSelector()
         super().__init__(self.timed_selector)
 
+    def call_soon_threadsafe(self, callback, *args, context=None):
+        selector = self.timed_selector
+        if not selector.watched:
+            return super().call_soon_threadsafe(callback, *args, context=context)
+        posted = time.perf_counter()
+
+        def timed(*arguments):
+            selector.longest_wait_s = max(selector.longest_wait_s, time.perf_counter() - posted)
+            callback(*arguments)
+
+        return super().call_soon_threadsafe(timed, *args, context=context)
+
 
 class LoopMonitor:
-    """The longest wait of a callback posted to the event loop, and the longest pass of the loop
-    through its callbacks, since the previous `take`."""
+    """The longest stall of the event loop, and its longest pass through its callbacks, since the
+    previous `take`. `probe`: also post a timed callback every `interval_s` from a thread of its
+    own (always so on a loop that is not a `TimedEventLoop`, which has no other figure)."""
 
-    def __init__(self, interval_s: float = 0.001) -> None:
+    def __init__(self, interval_s: float = 0.001, *, probe: bool = False) -> None:
         self.interval_s = interval_s
+        self.probe = probe
         self._stop: threading.Event | None = None
         self._in_flight = False
         self._longest_s = 0.0
@@ -85,7 +110,10 @@ class LoopMonitor:
             loop = asyncio.get_running_loop()
             if isinstance(loop, TimedEventLoop):
                 self._selector = loop.timed_selector
-                self._selector.watched, self._selector.longest_pass_s = True, 0.0
+                self._selector.longest_pass_s = self._selector.longest_wait_s = 0.0
+                self._selector.watched = True
+                if not self.probe:
+                    return  # the real traffic is timed: no thread
             threading.Thread(
                 target=self._post, args=(asyncio.get_running_loop(), self._stop),
                 name="dgemma-loop-monitor", daemon=True,
@@ -100,8 +128,10 @@ class LoopMonitor:
             self._selector = None
 
     def take(self) -> float:
-        """The longest wait in ms since the previous call (or since `start`), and start over."""
+        """The longest stall in ms since the previous call (or since `start`), and start over."""
         longest, self._longest_s = self._longest_s, 0.0
+        if self._selector is not None:
+            longest, self._selector.longest_wait_s = max(longest, self._selector.longest_wait_s), 0.0
         return round(longest * 1000.0, 3)
 
     def take_busy(self) -> float | None:

@@ -46,7 +46,8 @@ STATUS_COMMAND = "dgemma.status"
 RELOAD_COMMAND = "dgemma.reloadModel"
 STATS_COMMAND = "dgemma.serverStats"
 """For benchmarks: the longest event-loop stall, the longest busy pass of the loop and the prompt
-tokens encoded per request since the previous call (the first call starts the loop monitor)."""
+tokens encoded per request since the previous call (the first call starts the loop monitor; with
+`{"probe": true}` it also probes the loop every millisecond, see server/loop_monitor.py)."""
 DRAFT_NOTIFICATION = "dgemma/draft"
 STATUS_NOTIFICATION = "dgemma/status"
 DID_SHOW = "dgemma/didShowCompletion"
@@ -430,7 +431,12 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         return status_payload(status, ls.scheduler.in_flight)
     @server.command(STATS_COMMAND)
     def server_stats(ls: DGemmaServer, *args: Any):
+        options = args[0] if len(args) == 1 else {} if not args else None
+        if not isinstance(options, dict) or not isinstance(options.get("probe", False), bool):
+            raise JsonRpcInvalidParams(f'{STATS_COMMAND} takes no argument or {{"probe": true|false}}')
         started = ls.loop_monitor.running
+        if not started:
+            ls.loop_monitor.probe = options.get("probe", False)
         ls.loop_monitor.start()
         encoded = list(ls.completer.encoded_tokens)
         ls.completer.encoded_tokens.clear()

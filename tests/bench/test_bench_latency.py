@@ -1,11 +1,15 @@
 """The latency benchmark drives a real `dgemma-lsp --stdio` and measures every figure it reports."""
 
+import pytest
+
 from dgemma_lsp.bench import latency
 
 
-def test_a_short_typing_session_yields_every_figure():
-    report = latency.run_benchmark("tiny", keystrokes=6, steps=2, max_tokens=32, loop_floor=True)
-    assert report.keystrokes == 6
+@pytest.mark.parametrize("loop_probe", [False, True], ids=["real-traffic", "1ms-probe"])
+def test_a_short_typing_session_yields_every_figure(loop_probe):
+    report = latency.run_benchmark("tiny", keystrokes=6, steps=2, max_tokens=32, loop_floor=True,
+                                   loop_probe=loop_probe)
+    assert report.keystrokes == 6 and report.loop_probe == loop_probe
     for figure in (report.final_ms, report.first_draft_ms, report.engine_ms,
                    report.server_overhead_ms, report.cache_hit_ms):
         assert figure.p50 is not None and figure.p50 <= figure.p99

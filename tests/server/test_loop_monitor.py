@@ -60,6 +60,38 @@ def test_a_busy_pass_is_timed_on_the_timed_loop_and_only_there():
     assert asyncio.run(main())[0] is None  # another loop has no busy figure, and says so
 
 
+def test_on_the_servers_loop_real_hand_offs_are_timed_without_a_thread_of_its_own():
+    """On `TimedEventLoop` the monitor starts no probe: a callback posted from another thread while
+    the loop is blocked times its wait; with `probe=True` the probing thread runs as well."""
+
+    def post(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
+        loop.call_soon_threadsafe(arrived.set)
+
+    async def main(probe: bool) -> tuple[bool, float, float]:
+        monitor = LoopMonitor(probe=probe)
+        monitor.start()
+        probing = bool(_monitor_threads())
+        await asyncio.sleep(0.02)
+        idle = monitor.take()  # nothing posted, nothing held the loop
+        arrived = asyncio.Event()
+        threading.Thread(target=post, args=(asyncio.get_running_loop(), arrived)).start()
+        time.sleep(0.05)  # a handler holding the loop: the callback the thread posted waits behind it
+        await arrived.wait()
+        stall = monitor.take()
+        monitor.stop()
+        return probing, idle, stall
+
+    _wait_until_gone()
+    with asyncio.Runner(loop_factory=TimedEventLoop) as runner:
+        probing, idle, stall = runner.run(main(probe=False))
+    assert not probing  # no thread: the server's own traffic is timed
+    assert idle < 15.0
+    assert stall >= 30.0
+    with asyncio.Runner(loop_factory=TimedEventLoop) as runner:
+        probing, _, stall = runner.run(main(probe=True))
+    assert probing and stall >= 30.0
+
+
 def test_stop_ends_the_monitor_thread_and_a_closed_loop_ends_it_too():
     _wait_until_gone()
 

@@ -329,8 +329,13 @@ async def test_disabling_completions(client: LanguageClient):
             lsp.WORKSPACE_EXECUTE_COMMAND,
             {"command": "dgemma.rewriteSelection", "arguments": [42]},
         ),
+        (  # the benchmarks' command with an option of the wrong type
+            lsp.WORKSPACE_EXECUTE_COMMAND,
+            {"command": "dgemma.serverStats", "arguments": [{"probe": "yes"}]},
+        ),
     ],
-    ids=["unknown-document", "position-outside", "malformed-params", "empty-rewrite", "bad-command-args"],
+    ids=["unknown-document", "position-outside", "malformed-params", "empty-rewrite", "bad-command-args",
+         "bad-stats-args"],
 )
 async def test_bad_requests_get_an_error_and_the_server_keeps_serving(client, method, params):
     open_document(client, "file:///tmp/errors.py", "x = 1\n")

@@ -1,12 +1,14 @@
-"""The machine's floor under `loopStallMs`: the same loop monitor in a bare event loop beside the server.
+"""The machine's floor under `loopStallMs`: the loop monitor's 1 ms probe in a bare event loop beside the server.
 
 `bench latency` starts `python -m dgemma_lsp.server.loop_monitor`, a process whose event
-loop runs nothing but the server's `LoopMonitor`, and reads it in the same windows as
-the server's own (a line `take` on stdin answers the longest stall in ms since the
-previous one). Like the server itself, it is driven as a process, never imported.
-What the bare loop sees is what this machine's scheduler does to any process while
-the engine computes (a woken thread waiting for a core), not the server's code: the
-server's figure minus this one is what the server adds.
+loop runs nothing but a probing `LoopMonitor`, and reads it in the same windows as the
+server's own (a line `take` on stdin answers the longest stall in ms since the previous
+one). Like the server itself, it is driven as a process, never imported. What the bare
+loop sees is what this machine's scheduler does to any process while the engine computes
+(a woken thread waiting for a core), not the server's code. The server's figure with the
+same probe (`--loop-probe`) minus this one is what the server adds; the server's default
+figure times its real traffic instead and has no bare-loop twin (nothing is handed to a
+bare loop).
 """
 
 from __future__ import annotations

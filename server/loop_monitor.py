@@ -166,7 +166,7 @@ async def _serve_readings() -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    monitor = LoopMonitor()
+    monitor = LoopMonitor(probe=True)  # a bare loop: no traffic of its own to time
     monitor.start()
     while await reader.readline():
         sys.stdout.write(f"{monitor.take()}\n")

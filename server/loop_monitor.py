@@ -17,10 +17,9 @@ thousand times a second, and on the 2-core development machine that made the ser
 slower while it watched (bench latency, 14 runs alternating with and without it: overhead
 a median +0.4 ms at p50 and +0.8 ms at p99, slower in 13 and 12 of the pairs; see
 bench/RESULTS.md). A session that is not measured never runs it, so the figures came from a
-slower server than the editor talks to. The probe
-remains where there is no real traffic to time: a loop that is not a `TimedEventLoop`
-(pygls' TCP server, tests) and `probe=True` (`bench latency --loop-probe`, and the bare
-loop below). An earlier version timed how late a 1 ms `asyncio.sleep` woke; asyncio's
+slower server than the editor talks to. The probe remains where there is no real traffic to
+time: a loop that is not a `TimedEventLoop` (pygls' TCP server, tests) and `probe=True`
+(`bench latency --loop-probe`, and the bare loop below). An earlier version timed how late a 1 ms `asyncio.sleep` woke; asyncio's
 epoll selector rounds timeouts up to whole milliseconds, so it read ~1 ms of stall with
 nothing blocking the loop.
 
@@ -50,16 +49,16 @@ class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type
         super().__init__()
         self.watched = False
         self.longest_pass_s = 0.0
-        self.longest_wait_s = 0.0
-        """The longest stall: a callback posted from another thread waiting (`TimedEventLoop`),
-        or a pass (what anything arriving during it waited)."""
+        self.longest_stall_s = 0.0
+        """The longest stall: a pass (what anything arriving during it waited) or, on a
+        `TimedEventLoop`, a callback posted from another thread waiting to run."""
         self._returned: float | None = None
 
     def select(self, timeout=None):
         if self._returned is not None:  # a pass through the ready callbacks ends here
             busy = time.perf_counter() - self._returned
             self.longest_pass_s = max(self.longest_pass_s, busy)
-            self.longest_wait_s = max(self.longest_wait_s, busy)
+            self.longest_stall_s = max(self.longest_stall_s, busy)
         events = super().select(timeout)
         self._returned = time.perf_counter() if self.watched else None
         return events
@@ -80,7 +79,7 @@ class TimedEventLoop(asyncio.SelectorEventLoop):
         posted = time.perf_counter()
 
         def timed(*arguments):
-            selector.longest_wait_s = max(selector.longest_wait_s, time.perf_counter() - posted)
+            selector.longest_stall_s = max(selector.longest_stall_s, time.perf_counter() - posted)
             callback(*arguments)
 
         return super().call_soon_threadsafe(timed, *args, context=context)
@@ -110,12 +109,12 @@ class LoopMonitor:
             loop = asyncio.get_running_loop()
             if isinstance(loop, TimedEventLoop):
                 self._selector = loop.timed_selector
-                self._selector.longest_pass_s = self._selector.longest_wait_s = 0.0
+                self._selector.longest_pass_s = self._selector.longest_stall_s = 0.0
                 self._selector.watched = True
                 if not self.probe:
                     return  # the real traffic is timed: no thread
             threading.Thread(
-                target=self._post, args=(asyncio.get_running_loop(), self._stop),
+                target=self._post, args=(loop, self._stop),
                 name="dgemma-loop-monitor", daemon=True,
             ).start()
 
@@ -131,7 +130,7 @@ class LoopMonitor:
         """The longest stall in ms since the previous call (or since `start`), and start over."""
         longest, self._longest_s = self._longest_s, 0.0
         if self._selector is not None:
-            longest, self._selector.longest_wait_s = max(longest, self._selector.longest_wait_s), 0.0
+            longest, self._selector.longest_stall_s = max(longest, self._selector.longest_stall_s), 0.0
         return round(longest * 1000.0, 3)
 
     def take_busy(self) -> float | None:

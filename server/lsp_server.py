@@ -431,12 +431,13 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         return status_payload(status, ls.scheduler.in_flight)
     @server.command(STATS_COMMAND)
     def server_stats(ls: DGemmaServer, *args: Any):
-        options = args[0] if len(args) == 1 else {} if not args else None
-        if not isinstance(options, dict) or not isinstance(options.get("probe", False), bool):
+        options = args[0] if len(args) == 1 else {}
+        probe = options.get("probe", False) if isinstance(options, dict) else None
+        if len(args) > 1 or not isinstance(probe, bool):
             raise JsonRpcInvalidParams(f'{STATS_COMMAND} takes no argument or {{"probe": true|false}}')
         started = ls.loop_monitor.running
         if not started:
-            ls.loop_monitor.probe = options.get("probe", False)
+            ls.loop_monitor.probe = probe
         ls.loop_monitor.start()
         encoded = list(ls.completer.encoded_tokens)
         ls.completer.encoded_tokens.clear()

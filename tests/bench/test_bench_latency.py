@@ -28,3 +28,27 @@ def test_the_typing_point_is_an_indented_statement():
     text = "def f(x):\n    if x:\n        y = x + 1\n        return y\n    return 0\n"
     line, indent = latency.typing_point(text)
     assert text.split("\n")[line].startswith(indent) and indent == "        "
+
+
+def test_a_series_judges_each_run_and_pools_every_keystroke():
+    series = latency.run_series("tiny", runs=2, keystrokes=3, steps=2, max_tokens=32)
+    assert len(series.runs) == 2 and series.pooled.keystrokes == 6
+    assert series.runs_meeting_all_targets == sum(all(run.targets_met.values()) for run in series.runs)
+    for run in series.runs:
+        assert run.load_average is not None and run.load_average.start >= 0 and run.load_average.end >= 0
+    # The pooled figures come from the runs' keystrokes together, not from their summaries.
+    assert series.pooled.loop_stall_ms.max == max(run.loop_stall_ms.max for run in series.runs)
+    medians = [run.server_overhead_ms.p50 for run in series.runs]
+    assert min(medians) <= series.pooled.server_overhead_ms.p50 <= max(medians)
+    rows = dict(latency.series_rows(series))
+    assert rows["runs meeting all three"].startswith(f"{series.runs_meeting_all_targets}/2")
+
+
+def test_a_series_of_no_runs_is_refused_with_a_clear_error():
+    import subprocess
+    import sys
+
+    finished = subprocess.run([sys.executable, "-m", "dgemma_lsp.server.cli", "bench", "latency", "--runs", "0"],
+                              capture_output=True, text=True, timeout=120)
+    assert finished.returncode == 2 and finished.stdout == ""
+    assert "--runs must be at least 1, got 0" in finished.stderr

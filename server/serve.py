@@ -44,11 +44,11 @@ def make_engine_client(args: argparse.Namespace):
 
         return DaemonEngineClient.from_args(args)
     from dgemma_lsp.engine.client import InProcessEngineClient
-    from dgemma_lsp.engine.runtime.service import InfillService, serving_cpu_threads
+    from dgemma_lsp.engine.runtime.service import InfillService, serving_cpu_threads, serving_engine_nice
 
     service = InfillService(
         args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
-        cpu_threads=serving_cpu_threads(),
+        cpu_threads=serving_cpu_threads(), engine_nice=serving_engine_nice(),
     )
     return InProcessEngineClient(service)
 

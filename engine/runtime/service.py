@@ -15,7 +15,9 @@ same error at once); `reload` retries now (the `dgemma.reloadModel` command).
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +31,11 @@ FIRST_RETRY_S = 5.0
 """Seconds after a failed load before a request may try again; doubles per failure."""
 LONGEST_RETRY_S = 300.0
 CPU_THREADS_ENV = "DGEMMA_LSP_CPU_THREADS"
+ENGINE_NICE_ENV = "DGEMMA_LSP_ENGINE_NICE"
+CPU_ENGINE_NICE = 10
+"""The nice value of the thread that denoises on the CPU, unless $DGEMMA_LSP_ENGINE_NICE says otherwise."""
+
+log = logging.getLogger(__name__)
 
 
 def serving_cpu_threads() -> int:
@@ -53,6 +60,44 @@ def serving_cpu_threads() -> int:
     return max(1, (os.cpu_count() or 2) - 1)
 
 
+def serving_engine_nice() -> int:
+    """The nice value for the thread that denoises when the model runs on the CPU, for an engine
+    that serves an editor: $DGEMMA_LSP_ENGINE_NICE (0-19, 0: leave it), else CPU_ENGINE_NICE.
+
+    On the CPU that thread computes without pause while a request runs, on cores the editor,
+    the language server and the engine's own event loop share. At the same priority, a thread of
+    theirs woken onto its core can wait for the scheduler's next tick (4 ms here) while another
+    core sits idle: a kernel trace of `bench latency` shows exactly that (bench/RESULTS.md,
+    2026-11-24 late night). Niced, the computation gives way at once. On a GPU the thread
+    mostly waits for the device, and a background build must not starve its kernel launches:
+    there the priority is left alone.
+    """
+    chosen = os.environ.get(ENGINE_NICE_ENV, "").strip()
+    if not chosen:
+        return CPU_ENGINE_NICE
+    try:
+        nice = int(chosen)
+    except ValueError:
+        raise EngineError(f"{ENGINE_NICE_ENV} must be a nice value from 0 to 19, got {chosen!r}") from None
+    if not 0 <= nice <= 19:
+        raise EngineError(f"{ENGINE_NICE_ENV} must be a nice value from 0 to 19, got {nice}")
+    return nice
+
+
+def lower_this_threads_priority(nice: int) -> None:
+    """Raise the calling thread's nice value to `nice` (never lowers it). Linux only: there nice
+    is per thread and the threads it starts (torch's) inherit it; elsewhere `setpriority` would
+    change the whole process."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
+        return
+    thread = threading.get_native_id()
+    try:
+        if os.getpriority(os.PRIO_PROCESS, thread) < nice:
+            os.setpriority(os.PRIO_PROCESS, thread, nice)
+    except OSError as error:  # a sandbox that forbids it: the engine still works, only less politely
+        log.warning("could not lower the denoising thread's priority: %s", error)
+
+
 class InfillService:
     """Loads the model on first use and denoises requests one at a time."""
 
@@ -66,10 +111,14 @@ class InfillService:
         allow_download: bool = False,
         first_retry_s: float = FIRST_RETRY_S,
         cpu_threads: int | None = None,
+        engine_nice: int = 0,
     ) -> None:
         self.model_spec = model
         self._cpu_threads = cpu_threads
         """Torch intra-op threads once loaded (`serving_cpu_threads`); None: torch's default."""
+        self._engine_nice = engine_nice
+        """The nice value of the thread that denoises when the model is on the CPU
+        (`serving_engine_nice`); 0: leave it."""
         self._device = device
         self._dtype = dtype
         self._quantization = quantization
@@ -240,6 +289,8 @@ class InfillService:
         BadRequestError for invalid settings.
         """
         load_ms = self.load()
+        if self._engine_nice and self._runtime is not None and self._runtime.device.type == "cpu":
+            lower_this_threads_priority(self._engine_nice)  # one cheap syscall; each caller's thread
         with self._run_lock:
             self._state = "busy"
             try:

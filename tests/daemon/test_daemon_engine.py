@@ -282,3 +282,22 @@ async def test_a_closed_document_is_forgotten_through_the_daemon_and_status_repo
     await within(client.denoise(msgspec.structs.replace(quick(), cache_key=uri), lambda draft: None))
     assert (await within(query_info(daemon.key, daemon.paths))).prompt_cache_bytes == 0
     client.set_prompt_cache_budget(None)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux only")
+async def test_the_daemon_denoises_on_a_niced_thread_and_serves_on_the_others(daemon: Daemon, client):
+    """On the CPU the engine's computation gives way to the editor, the server and the daemon's
+    own event loop (engine/runtime/service.py, serving_engine_nice): the thread that denoised
+    (and any torch threads it started) runs at CPU_ENGINE_NICE, its event loop (the main
+    thread) at 0."""
+    from dgemma_lsp.engine.runtime.service import CPU_ENGINE_NICE
+
+    assert len((await within(client.denoise(quick()))).candidates) == 1
+
+    def nice_of(thread: str) -> int:
+        stat_line = open(f"/proc/{daemon.pid}/task/{thread}/stat").read()
+        return int(stat_line.rsplit(")", 1)[1].split()[16])  # field 19 of proc(5): nice
+
+    nices = {thread: nice_of(thread) for thread in os.listdir(f"/proc/{daemon.pid}/task")}
+    assert list(nices.values()).count(CPU_ENGINE_NICE) >= 1, nices
+    assert nices[str(daemon.pid)] == 0

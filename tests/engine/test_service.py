@@ -8,6 +8,8 @@ folder and retrying — after the backoff, or at once with reload — loads it.
 import asyncio
 import os
 import shutil
+import sys
+import threading
 import time
 
 import pytest
@@ -16,7 +18,14 @@ import torch
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
 from dgemma_lsp.engine.client import EngineUnavailableError, InProcessEngineClient
-from dgemma_lsp.engine.runtime.service import CPU_THREADS_ENV, InfillService, serving_cpu_threads
+from dgemma_lsp.engine.runtime.service import (
+    CPU_ENGINE_NICE,
+    CPU_THREADS_ENV,
+    ENGINE_NICE_ENV,
+    InfillService,
+    serving_cpu_threads,
+    serving_engine_nice,
+)
 from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
 
 REQUEST = DenoiseRequest(
@@ -115,3 +124,34 @@ def test_the_service_sets_torch_threads_when_it_loads():
         assert service.denoise(REQUEST).candidates
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_serving_engine_nices_its_cpu_thread_unless_told_otherwise(monkeypatch):
+    monkeypatch.delenv(ENGINE_NICE_ENV, raising=False)
+    assert serving_engine_nice() == CPU_ENGINE_NICE
+    for chosen, nice in (("3", 3), ("0", 0), (" 19 ", 19)):
+        monkeypatch.setenv(ENGINE_NICE_ENV, chosen)
+        assert serving_engine_nice() == nice
+    for bad in ("-1", "20", "low"):
+        monkeypatch.setenv(ENGINE_NICE_ENV, bad)
+        with pytest.raises(errors.EngineError, match=ENGINE_NICE_ENV):
+            serving_engine_nice()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="nice is per thread on Linux only")
+@pytest.mark.parametrize("engine_nice", [7, 0])
+def test_the_thread_that_denoises_on_the_cpu_gets_the_engine_nice_value(engine_nice):
+    """Only the thread that ran the request: the caller's other threads keep their priority."""
+    service = InfillService("tiny", engine_nice=engine_nice)
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    seen: dict[str, int] = {}
+
+    def denoise() -> None:
+        assert service.denoise(REQUEST).candidates
+        seen["after"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    worker = threading.Thread(target=denoise)
+    worker.start()
+    worker.join(timeout=120)
+    assert seen["after"] == max(before, engine_nice)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before

@@ -68,7 +68,8 @@ def serving_engine_nice() -> int:
     the language server and the engine's own event loop share. At the same priority, a thread of
     theirs woken onto its core can wait for the scheduler's next tick (4 ms here) while another
     core sits idle: a kernel trace of `bench latency` shows exactly that (bench/RESULTS.md,
-    2026-11-24 late night). Niced, the computation gives way at once. On a GPU the thread
+    2026-11-24 late night). Niced, it gives way when the woken thread arrives, once it has run
+    the slice it was given (~1.5 ms on 2 cores), instead of at the tick. On a GPU the thread
     mostly waits for the device, and a background build must not starve its kernel launches:
     there the priority is left alone.
     """

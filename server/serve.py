@@ -44,13 +44,10 @@ def make_engine_client(args: argparse.Namespace):
 
         return DaemonEngineClient.from_args(args)
     from dgemma_lsp.engine.client import InProcessEngineClient
-    from dgemma_lsp.engine.runtime.service import InfillService, serving_cpu_threads, serving_engine_nice
+    from dgemma_lsp.engine.runtime.service import serving_service
 
-    service = InfillService(
-        args.model, device=args.device, dtype=args.dtype, quantization=args.quantization,
-        cpu_threads=serving_cpu_threads(), engine_nice=serving_engine_nice(),
-    )
-    return InProcessEngineClient(service)
+    return InProcessEngineClient(
+        serving_service(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -501,15 +501,13 @@ def _replace(status: EngineStatus, **changes) -> EngineStatus:
 def run_daemon(key: EngineKey, paths: EnginePaths, *, idle_unload: float | None, transport: str,
                ready_fd: int | None = None, preload: bool = False) -> int:
     """Entry point of `dgemma-lsp engine serve`: blocks until the daemon stops; returns an exit code."""
-    from ..runtime.service import InfillService, serving_cpu_threads, serving_engine_nice
+    from ..runtime.service import serving_service
 
-    service = InfillService(
+    service = serving_service(
         key.model,
         device=None if key.device == "auto" else key.device,
         dtype=None if key.dtype == "auto" else key.dtype,
         quantization=key.quantization,
-        cpu_threads=serving_cpu_threads(),
-        engine_nice=serving_engine_nice(),
     )
     daemon = EngineDaemon(service, key, paths, idle_unload=idle_unload, transport=transport)
 

@@ -48,16 +48,8 @@ def serving_cpu_threads() -> int:
     On the 2-core development machine one thread denoises the tiny model as fast as two
     (bench/RESULTS.md).
     """
-    chosen = os.environ.get(CPU_THREADS_ENV, "").strip()
-    if chosen:
-        try:
-            threads = int(chosen)
-        except ValueError:
-            raise EngineError(f"{CPU_THREADS_ENV} must be a whole number of threads, got {chosen!r}") from None
-        if threads < 1:
-            raise EngineError(f"{CPU_THREADS_ENV} must be at least 1, got {threads}")
-        return threads
-    return max(1, (os.cpu_count() or 2) - 1)
+    threads = _whole_number_from_env(CPU_THREADS_ENV, "a number of threads, at least 1", 1)
+    return max(1, (os.cpu_count() or 2) - 1) if threads is None else threads
 
 
 def serving_engine_nice() -> int:
@@ -73,16 +65,30 @@ def serving_engine_nice() -> int:
     mostly waits for the device, and a background build must not starve its kernel launches:
     there the priority is left alone.
     """
-    chosen = os.environ.get(ENGINE_NICE_ENV, "").strip()
+    nice = _whole_number_from_env(ENGINE_NICE_ENV, "a nice value from 0 to 19", 0, 19)
+    return CPU_ENGINE_NICE if nice is None else nice
+
+
+def _whole_number_from_env(name: str, what: str, lowest: int, highest: int | None = None) -> int | None:
+    """$name as a whole number in [lowest, highest]; None when unset or blank; EngineError naming
+    the variable otherwise."""
+    chosen = os.environ.get(name, "").strip()
     if not chosen:
-        return CPU_ENGINE_NICE
+        return None
     try:
-        nice = int(chosen)
+        number = int(chosen)
     except ValueError:
-        raise EngineError(f"{ENGINE_NICE_ENV} must be a nice value from 0 to 19, got {chosen!r}") from None
-    if not 0 <= nice <= 19:
-        raise EngineError(f"{ENGINE_NICE_ENV} must be a nice value from 0 to 19, got {nice}")
-    return nice
+        raise EngineError(f"{name} must be {what}, got {chosen!r}") from None
+    if number < lowest or (highest is not None and number > highest):
+        raise EngineError(f"{name} must be {what}, got {number}")
+    return number
+
+
+def serving_service(model: str, *, device: str | None, dtype: str | None, quantization: str) -> InfillService:
+    """The InfillService of an engine that serves an editor (the daemon's, or `--engine inprocess`):
+    torch threads from `serving_cpu_threads`, the denoising thread niced by `serving_engine_nice`."""
+    return InfillService(model, device=device, dtype=dtype, quantization=quantization,
+                         cpu_threads=serving_cpu_threads(), engine_nice=serving_engine_nice())
 
 
 def lower_this_threads_priority(nice: int) -> None:

@@ -11,7 +11,7 @@ Per keystroke it times, from the didChange being sent:
   cacheHitMs       the repeated request, answered from the cache;
   serverOverheadMs finalMs minus the engine's own time for that request (the
                    `lastLatencyMs` of the `dgemma/status` notification the server
-                   sends when the engine finishes, before the answer): parse,
+                   sends when the engine finishes, right after the answer): parse,
                    plan, context, post-process, thread hand-off and JSON-RPC
                    both ways. Tokenizing the prompt is counted as engine time;
   loopStallMs      the longest time the server's event loop was blocked during the
@@ -179,9 +179,9 @@ class _Recorder:
     """The server's notifications, attributed to the request whose window is open.
 
     The engine publishes "busy" before it starts (so always before the answer)
-    and "ready" with its `lastLatencyMs` when it finishes, which may reach the
-    client just after the answer: a window that saw "busy" waits for "ready"
-    before it closes. A window without "busy" was answered without the engine.
+    and "ready" with its `lastLatencyMs` when it finishes, which the server sends
+    just after the answer: a window that saw "busy" waits for "ready" before it
+    closes. A window without "busy" was answered without the engine.
     """
 
     def __init__(self) -> None:

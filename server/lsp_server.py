@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import cattrs
@@ -143,6 +144,10 @@ class DGemmaServer(LanguageServer):
         self.stats = StatsRecorder()
         self._pending_problems: list[str] = []
         self._last_status: dict[str, Any] | None = None
+        self._answers_under_way = 0
+        """Inline-completion handlers running now (`answer_first`)."""
+        self._held_status: dict[str, Any] | None = None
+        """A `dgemma/status` "ready" held back until those handlers have answered."""
         self._load_progress: str | None = None
         self._load_error_shown = False
         self._closing: asyncio.Future | None = None
@@ -226,8 +231,39 @@ class DGemmaServer(LanguageServer):
         payload = status_payload(status, self.scheduler.in_flight)
         payload.pop("inFlight")
         if self.settings.wants_status and payload != self._last_status:
-            self.protocol.notify(STATUS_NOTIFICATION, payload)
+            if status.state == "ready" and self._answers_under_way:
+                self._held_status = payload  # the engine's result is on its way to an answer: that goes first
+            else:
+                self._held_status = None  # older than this one
+                self.protocol.notify(STATUS_NOTIFICATION, payload)
         self._last_status = payload
+
+    def answer_first(self) -> list[Callable[[], None]]:
+        """Called by a request handler as it starts: its answer goes out before the bookkeeping.
+
+        The engine reports "ready" in the same breath as the result a waiting completion is
+        made from; sent then, that `dgemma/status` would be encoded and written ahead of the
+        answer, on the keystroke's path (bench/RESULTS.md, 2026-11-25). So a "ready" is held
+        while such handlers run and sent right after the last one's answer (a newer status
+        replaces it; every other state goes out at once). The callbacks put in the returned
+        list run then too. pygls writes the answer from a done-callback it adds to the
+        handler's task before the handler first runs, so the one added here runs after it.
+        """
+        self._answers_under_way += 1
+        after: list[Callable[[], None]] = []
+        asyncio.current_task().add_done_callback(lambda _task: self._answered(after))
+        return after
+
+    def _answered(self, after: list[Callable[[], None]]) -> None:
+        self._answers_under_way -= 1
+        for callback in after:
+            try:
+                callback()
+            except Exception:
+                log.exception("bookkeeping after an answer failed")
+        if self._answers_under_way == 0 and self._held_status is not None:
+            payload, self._held_status = self._held_status, None
+            self.protocol.notify(STATUS_NOTIFICATION, payload)
 
     async def start_engine(self) -> None:
         self.engine.on_status(self.on_engine_status)
@@ -354,6 +390,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
 
     @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
     async def inline_completion(ls: DGemmaServer, params: lsp.InlineCompletionParams):
+        after_answer = ls.answer_first()
         document = ls.document(params.text_document.uri)
         cursor = ls.offset(document, params.position)
         if not ls.settings.enable:
@@ -376,7 +413,8 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
             priority=PRIORITY_TYPING if automatic else PRIORITY_WAITING,
         )
         if not isinstance(result, Superseded) and result:
-            ls.stats.answered((time.perf_counter() - started) * 1000, items=len(result))
+            latency_ms = (time.perf_counter() - started) * 1000
+            after_answer.append(lambda: ls.stats.answered(latency_ms, items=len(result)))
         return ls.inline_items(lines, cursor, result)
 
     @server.feature(

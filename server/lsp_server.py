@@ -263,7 +263,8 @@ class DGemmaServer(LanguageServer):
                 log.exception("bookkeeping after an answer failed")
         if self._answers_under_way == 0 and self._held_status is not None:
             payload, self._held_status = self._held_status, None
-            self.protocol.notify(STATUS_NOTIFICATION, payload)
+            if self.settings.wants_status:  # the client may have opted out meanwhile
+                self.protocol.notify(STATUS_NOTIFICATION, payload)
 
     async def start_engine(self) -> None:
         self.engine.on_status(self.on_engine_status)

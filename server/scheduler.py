@@ -118,6 +118,8 @@ class _Entry:
     candidates: tuple[Candidate, ...]
     longest: int
     """Chars of the longest candidate: a cursor this far past `cursor` or more cannot hit."""
+    first_chars: frozenset[str]
+    """The candidates' first characters: a cursor past `cursor` hits only if what was typed starts with one."""
 
 
 UnchangedSince = Callable[[int], "tuple[int, int] | None"]
@@ -145,8 +147,9 @@ class CompletionCache:
 
     def __init__(self, capacity: int = 128) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[tuple[str, int], _Entry] = OrderedDict()
-        self._serial = 0
+        self._entries: OrderedDict[tuple[str, int, int, int, int], _Entry] = OrderedDict()
+        """Keyed by (key, cursor, suffix_len, prefix_hash, suffix_hash): one entry per cursor context,
+        found without a scan when the same context is stored again."""
 
     def clear(self, key: str | None = None) -> None:
         if key is None:
@@ -172,14 +175,11 @@ class CompletionCache:
             return
         prefix_hash, suffix_hash = hashes if hashes is not None else slice_hashes(text, offset)
         suffix_len = len(text) - offset
-        for k, entry in list(self._entries.items()):  # one entry per (key, cursor context)
-            if (k[0] == key and entry.cursor == offset and entry.suffix_len == suffix_len
-                    and entry.prefix_hash == prefix_hash and entry.suffix_hash == suffix_hash):
-                del self._entries[k]
-        self._serial += 1
-        self._entries[(key, self._serial)] = _Entry(
+        context = (key, offset, suffix_len, prefix_hash, suffix_hash)
+        self._entries.pop(context, None)  # a newer answer for the same context replaces it, as the newest
+        self._entries[context] = _Entry(
             offset, suffix_len, prefix_hash, suffix_hash, revision, requested, tuple(candidates),
-            max((len(c.text) for c in candidates), default=0),
+            max((len(c.text) for c in candidates), default=0), frozenset(c.text[:1] for c in candidates),
         )
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
@@ -208,8 +208,8 @@ class CompletionCache:
             cursor = entry.cursor
             if entry.requested < wanted or entry.suffix_len != suffix_len or cursor > offset:
                 continue
-            if cursor < offset and offset - cursor >= entry.longest:
-                continue  # typed past the end of every candidate: not even a slice of the text
+            if cursor < offset and (offset - cursor >= entry.longest or text[cursor] not in entry.first_chars):
+                continue  # typed past the end of every candidate, or a first character none starts with
             # What the user typed since must start a candidate: most entries fail here, before
             # the history or a hash is consulted.
             typed = text[cursor:offset]

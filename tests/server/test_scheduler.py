@@ -95,6 +95,16 @@ def test_cache_hits_repeats_and_typed_ahead_prefixes():
     assert cache.lookup("doc", text, cursor, 3) is None  # wants more candidates than were asked for
 
 
+def test_the_same_context_stored_again_replaces_its_entry():
+    cache = CompletionCache(capacity=2)
+    cursor = len("x = ")
+    cache.store("doc", "y = \n", cursor, 1, [candidate("other")])
+    cache.store("doc", "x = \n", cursor, 1, [candidate("first")])
+    cache.store("doc", "x = \n", cursor, 1, [candidate("second")])  # the same context: one entry, the newest
+    assert [c.text for c in cache.lookup("doc", "x = \n", cursor, 1)] == ["second"]
+    assert [c.text for c in cache.lookup("doc", "y = \n", cursor, 1)] == ["other"]  # not pushed out by a copy
+
+
 def test_cache_forgets_the_least_recently_used():
     cache = CompletionCache(capacity=2)
     for i in range(3):

@@ -146,7 +146,10 @@ async function visibleGhostText(page) {
       const parts = line.querySelectorAll('.ghost-text-decoration, .ghost-text-decoration-preview');
       if (parts.length) lines.push([...parts].map((p) => p.textContent ?? '').join(''));
     }
-    for (const line of document.querySelectorAll('.monaco-editor .ghost-text .view-line')) {
+    // A multi-line suggestion's further lines: a view zone of view-lines (`suggest-preview-text`
+    // in VS Code 1.139; `ghost-text` in older ones).
+    for (const line of document.querySelectorAll(
+      '.monaco-editor .suggest-preview-text .view-line, .monaco-editor .ghost-text .view-line')) {
       if (!line.querySelector('.ghost-text-decoration')) lines.push(line.textContent ?? '');
     }
     return lines.join('\n');
@@ -174,7 +177,13 @@ async function waitForGhostText(page, { nudges = 2, onDraft } = {}) {
         onDraft = undefined;
       }
       const ghost = await visibleGhostText(page);
-      if (ghost.replace(/\s/g, '')) return { ghost, nudged };
+      if (ghost.replace(/\s/g, '')) {
+        // The further lines of a multi-line suggestion are drawn a moment after the first: read
+        // it again, and take it once two reads agree.
+        await page.waitForTimeout(300);
+        if (await visibleGhostText(page) === ghost) return { ghost, nudged };
+        continue;
+      }
       await page.waitForTimeout(100);
     }
     log(`no ghost text yet; nudge ${attempt + 1}: type 'x' and trigger`);

@@ -210,8 +210,8 @@ class CompletionCache:
                 continue
             if cursor < offset and (offset - cursor >= entry.longest or text[cursor] not in entry.first_chars):
                 continue  # typed past the end of every candidate, or a first character none starts with
-            # What the user typed since must start a candidate: most entries fail here, before
-            # the history or a hash is consulted.
+            # What the user typed since must start a candidate (the first-character test above
+            # drops most entries before this slice), before the history or a hash is consulted.
             typed = text[cursor:offset]
             rest = [
                 msgspec.structs.replace(c, text=c.text[len(typed):])

@@ -160,14 +160,17 @@ class Completer:
             else:
                 prepared, frozen = await document.worker.run(lambda: prepare(None))
             # The first parse of the enclosing definition, on the worker while the engine denoises.
-            # The draft jobs behind it on the worker read the checker from `built`.
+            # The draft jobs behind it on the worker read the checker from `built`. Handed over
+            # after this step, which writes the request to the engine: a worker woken now would
+            # hold the GIL for the parse (~1 ms) whenever the loop's thread lets it go first,
+            # and the request would wait that long (bench/RESULTS.md, 2026-11-25 morning).
             built: list[CandidateChecker | None] = []
 
             def build_checker() -> tuple[CandidateChecker | None, tuple[int, int]]:
                 built.append(candidate_checker(prepared, frozen))
                 return built[0], slice_hashes(target.text, target.offset)  # the cache entry's, off the loop
 
-            checker = document.worker.run(build_checker)
+            checker = document.worker.run_after_this_step(build_checker)
             drafts = _DraftFinisher(prepared, frozen, built, target.lead, on_draft, document.worker)
             try:
                 return await answer(prepared, frozen, checker, drafts)

@@ -96,6 +96,16 @@ class SyntaxWorker:
         self._put((job, future, loop))
         return future
 
+    def run_after_this_step(self, job: Callable[[], T]) -> asyncio.Future[T]:
+        """`run`, but handed to the worker only once the calling task's step is over (on the
+        loop's next pass). For a job queued just before the task writes to the engine: woken at
+        once, the worker would take the GIL as soon as the loop's thread lets it go and keep it
+        for a whole tree-sitter parse (which does not give it up), and the write would wait."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        loop.call_soon(self._put, (job, future, loop))
+        return future
+
     def post(self, job: Callable[[], None]) -> None:
         """Run `job` on the worker, nobody waiting for it (its errors are logged); after `close`,
         nothing (a catch-up waiting for quiet must not start a thread again at shutdown)."""

@@ -52,6 +52,19 @@ async def test_a_job_sees_the_changes_before_it_and_none_after():
     store.worker.close()
 
 
+async def test_a_job_run_after_this_step_waits_for_the_step_to_end():
+    """What the request relies on when it queues its checker's parse and then writes to the engine."""
+    store = DocumentStore()
+    store.open(URI, "python", 1, "x = 1\n")
+    started = threading.Event()
+    job = store.worker.run_after_this_step(lambda: started.set() or "parsed")
+    # Still the caller's step (here it would write to the engine): the worker has not been handed
+    # the job, though it is free and this thread lets the GIL go while it waits.
+    assert not started.wait(0.2)
+    assert await job == "parsed"
+    store.worker.close()
+
+
 async def _ticks_while(awaitable) -> tuple[int, float, float]:
     """(loop ticks, longest gap between ticks, total time) while `awaitable` runs."""
     loop = asyncio.get_running_loop()

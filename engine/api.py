@@ -189,3 +189,6 @@ class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
     """While loading: the fraction of checkpoint shards read, in [0, 1]; None when not known or not loading."""
     prompt_cache_bytes: int = 0
     """Bytes of prompt-cache snapshots kept on the model's device."""
+    cancelled: int = 0
+    """Requests this engine stopped on a cancel before their last step, since it started (a
+    request that finished before its cancel was seen is not counted)."""

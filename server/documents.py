@@ -62,32 +62,44 @@ class UnknownDocumentError(KeyError):
 class SyntaxWorker:
     """One thread that runs every syntax job, in the order they were submitted."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, quiet_s: float = QUIET_S) -> None:
+        self._clock = clock
+        """What "quiet" is measured with; a test passes a clock it moves itself."""
+        self.quiet_s = quiet_s
+        """QUIET_S; a test may ask for a quiet that never comes within the test."""
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._client_spoke_at = 0.0
         self._job_arrived = threading.Event()
         self._closed = False
+        self._settle_lock = threading.Lock()
+        self.settled = threading.Event()
+        """Set while the worker can do nothing before something changes: no job queued, and
+        none running but a catch-up waiting for the client to be quiet. Every job put clears it.
+        Lets a test know the worker had its chance to act, without waiting a set time."""
 
     def client_spoke(self) -> None:
         """The event loop got a message from the client: background work yields until it is quiet."""
-        self._client_spoke_at = time.monotonic()
+        self._client_spoke_at = self._clock()
 
     @property
     def busy(self) -> bool:
         """Whether background work should stop: a job waits, or the client spoke within QUIET_S."""
-        return not self._jobs.empty() or time.monotonic() - self._client_spoke_at < QUIET_S
+        return not self._jobs.empty() or self._clock() - self._client_spoke_at < self.quiet_s
 
     def wait_for_quiet(self) -> bool:
         """On the worker: wait (GIL released) until the client has been quiet for QUIET_S;
         False when a job arrived first (background work goes behind it)."""
-        while self._jobs.empty():
-            left = QUIET_S - (time.monotonic() - self._client_spoke_at)
-            if left <= 0:
-                return True
+        while True:
+            with self._settle_lock:
+                if not self._jobs.empty():
+                    return False
+                left = self.quiet_s - (self._clock() - self._client_spoke_at)
+                if left <= 0:
+                    return True
+                self.settled.set()
             self._job_arrived.wait(left)
             self._job_arrived.clear()  # a job put meanwhile is still seen by the empty() check
-        return False
 
     def run(self, job: Callable[[], T]) -> asyncio.Future[T]:
         """Run `job` on the worker; the future resolves on the calling event loop."""
@@ -124,11 +136,18 @@ class SyntaxWorker:
             sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
             self._thread = threading.Thread(target=self._serve, name="dgemma-syntax", daemon=True)
             self._thread.start()
-        self._jobs.put(item)
+        with self._settle_lock:
+            self.settled.clear()
+            self._jobs.put(item)
         self._job_arrived.set()
 
     def _serve(self) -> None:
-        while (item := self._jobs.get()) is not None:
+        while True:
+            with self._settle_lock:
+                if self._jobs.empty():
+                    self.settled.set()
+            if (item := self._jobs.get()) is None:
+                return
             job, future, loop = item
             try:
                 result = job()
@@ -285,9 +304,9 @@ class OpenDocument:
 class DocumentStore:
     """The open documents of one client session, by URI, and their syntax worker."""
 
-    def __init__(self) -> None:
+    def __init__(self, worker: SyntaxWorker | None = None) -> None:
         self._documents: dict[str, OpenDocument] = {}
-        self.worker = SyntaxWorker()
+        self.worker = worker if worker is not None else SyntaxWorker()
 
     def open(self, uri: str, language_id: str, version: int, text: str) -> OpenDocument:
         document = OpenDocument(uri, language_id, version, LineIndex(text), self.worker)

@@ -40,13 +40,17 @@ import selectors
 import sys
 import threading
 import time
+from collections.abc import Callable
+
+Clock = Callable[[], float]
 
 
 class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
     """The platform's selector, timing the loop's passes between two `select` calls while watched."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = time.perf_counter) -> None:
         super().__init__()
+        self.clock = clock
         self.watched = False
         self.longest_pass_s = 0.0
         self.longest_stall_s = 0.0
@@ -56,30 +60,31 @@ class _TimedSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type
 
     def select(self, timeout=None):
         if self._returned is not None:  # a pass through the ready callbacks ends here
-            busy = time.perf_counter() - self._returned
+            busy = self.clock() - self._returned
             self.longest_pass_s = max(self.longest_pass_s, busy)
             self.longest_stall_s = max(self.longest_stall_s, busy)
         events = super().select(timeout)
-        self._returned = time.perf_counter() if self.watched else None
+        self._returned = self.clock() if self.watched else None
         return events
 
 
 class TimedEventLoop(asyncio.SelectorEventLoop):
     """asyncio's selector loop, whose passes through its ready callbacks and whose callbacks posted
-    from other threads a `LoopMonitor` can time (two clock reads each, only while one watches)."""
+    from other threads a `LoopMonitor` can time (two clock reads each, only while one watches).
+    `clock`: what the figures are read from (a test passes a clock it moves itself)."""
 
-    def __init__(self) -> None:
-        self.timed_selector = _TimedSelector()
+    def __init__(self, clock: Clock = time.perf_counter) -> None:
+        self.timed_selector = _TimedSelector(clock)
         super().__init__(self.timed_selector)
 
     def call_soon_threadsafe(self, callback, *args, context=None):
         selector = self.timed_selector
         if not selector.watched:
             return super().call_soon_threadsafe(callback, *args, context=context)
-        posted = time.perf_counter()
+        posted = selector.clock()
 
         def timed(*arguments):
-            selector.longest_stall_s = max(selector.longest_stall_s, time.perf_counter() - posted)
+            selector.longest_stall_s = max(selector.longest_stall_s, selector.clock() - posted)
             callback(*arguments)
 
         return super().call_soon_threadsafe(timed, *args, context=context)
@@ -88,11 +93,13 @@ class TimedEventLoop(asyncio.SelectorEventLoop):
 class LoopMonitor:
     """The longest stall of the event loop, and its longest pass through its callbacks, since the
     previous `take`. `probe`: also post a timed callback every `interval_s` from a thread of its
-    own (always so on a loop that is not a `TimedEventLoop`, which has no other figure)."""
+    own (always so on a loop that is not a `TimedEventLoop`, which has no other figure). `clock`:
+    what the probe's waits are read from (a `TimedEventLoop` reads its own figures from its own)."""
 
-    def __init__(self, interval_s: float = 0.001, *, probe: bool = False) -> None:
+    def __init__(self, interval_s: float = 0.001, *, probe: bool = False, clock: Clock = time.perf_counter) -> None:
         self.interval_s = interval_s
         self.probe = probe
+        self.clock = clock
         self._stop: threading.Event | None = None
         self._in_flight = False
         self._longest_s = 0.0
@@ -150,13 +157,13 @@ class LoopMonitor:
                 continue  # the loop has not run the last one yet: it is still being measured
             self._in_flight = True
             try:
-                loop.call_soon_threadsafe(self._arrived, time.perf_counter())
+                loop.call_soon_threadsafe(self._arrived, self.clock())
             except RuntimeError:  # the loop is closed
                 return
 
     def _arrived(self, posted: float) -> None:
         """On the loop."""
-        self._longest_s = max(self._longest_s, time.perf_counter() - posted)
+        self._longest_s = max(self._longest_s, self.clock() - posted)
         self._in_flight = False
 
 

@@ -335,6 +335,7 @@ def status_payload(status: EngineStatus, in_flight: int) -> dict[str, Any]:
         "lastLatencyMs": status.last_latency_ms,
         "promptCacheBytes": status.prompt_cache_bytes,
         "inFlight": in_flight,
+        "cancelled": status.cancelled,
     }
 
 

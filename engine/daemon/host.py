@@ -484,6 +484,7 @@ class EngineDaemon:
             log_file=str(self.paths.log),
             protocol=PROTOCOL_VERSION,
             prompt_cache_bytes=status.prompt_cache_bytes,
+            cancelled=status.cancelled,
         )
 
 

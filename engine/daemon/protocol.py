@@ -176,6 +176,8 @@ class DaemonInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """PROTOCOL_VERSION of the daemon."""
     prompt_cache_bytes: int = 0
     """Bytes of prompt-cache snapshots kept on the model's device."""
+    cancelled: int = 0
+    """Jobs the engine stopped on a cancel before their last step (EngineStatus.cancelled)."""
 
 
 class Welcome(msgspec.Struct, frozen=True, kw_only=True, tag="welcome"):

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..api import DenoiseRequest, DenoiseResult, Draft, EngineStatus
-from ..errors import EngineError, ModelLoadError
+from ..errors import CancelledError, EngineError, ModelLoadError
 
 DraftCallback = Callable[[Draft], None]
 FIRST_RETRY_S = 5.0
@@ -119,8 +119,11 @@ class InfillService:
         first_retry_s: float = FIRST_RETRY_S,
         cpu_threads: int | None = None,
         engine_nice: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.model_spec = model
+        self._clock = clock
+        """What the load backoff is measured with (a test passes a clock it moves itself)."""
         self._cpu_threads = cpu_threads
         """Torch intra-op threads once loaded (`serving_cpu_threads`); None: torch's default."""
         self._engine_nice = engine_nice
@@ -137,6 +140,7 @@ class InfillService:
         self._message = ""
         self._loads = 0
         self._last_latency_ms: float | None = None
+        self._cancelled = 0
         self._progress: float | None = None
         self._prompt_cache_budget: int | None = None  # None: sized from free memory after the load
         self._pending_forgets: set[str] = set()
@@ -149,7 +153,7 @@ class InfillService:
         self._first_retry_s = first_retry_s
         self._failure: EngineError | None = None  # the last load's error, while it stands
         self._failures = 0  # consecutive failed loads
-        self._retry_at = 0.0  # time.monotonic() before which a load re-raises _failure
+        self._retry_at = 0.0  # the clock's time before which a load re-raises _failure
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -163,7 +167,7 @@ class InfillService:
         with self._load_lock:
             if self._runtime is not None:
                 return 0.0
-            if self._failure is not None and time.monotonic() < self._retry_at:
+            if self._failure is not None and self._clock() < self._retry_at:
                 raise self._failure
             from .denoising import DenoisingRuntime  # torch is imported only when a model is needed
 
@@ -243,7 +247,7 @@ class InfillService:
 
     def retry_due(self) -> bool:
         """True when the last load failed and its backoff has passed (a request would try again)."""
-        return self._failure is not None and time.monotonic() >= self._retry_at
+        return self._failure is not None and self._clock() >= self._retry_at
 
     def _failed(self, error: Exception) -> EngineError:
         if not isinstance(error, EngineError):
@@ -252,7 +256,7 @@ class InfillService:
             error = ModelLoadError(f"could not set up model '{self.model_spec}': {first_line}")
         self._failures += 1
         backoff = min(LONGEST_RETRY_S, self._first_retry_s * 2 ** (self._failures - 1))
-        self._failure, self._retry_at = error, time.monotonic() + backoff
+        self._failure, self._retry_at = error, self._clock() + backoff
         self._state, self._message, self._progress = "error", str(error), None
         return error
 
@@ -280,6 +284,7 @@ class InfillService:
             last_latency_ms=self._last_latency_ms,
             progress=self._progress if self._state == "loading" else None,
             prompt_cache_bytes=runtime.prompt_cache.bytes if runtime else 0,
+            cancelled=self._cancelled,
         )
 
     # -- work ------------------------------------------------------------------
@@ -302,6 +307,9 @@ class InfillService:
             self._state = "busy"
             try:
                 result = self._runtime.run(request, on_draft=on_draft, cancel=cancel)
+            except CancelledError:
+                self._cancelled += 1  # the runtime stopped before its last step
+                raise
             finally:
                 self._state = "ready" if self._runtime is not None else self._state
                 self._apply_cache_changes()

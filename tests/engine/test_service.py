@@ -5,15 +5,14 @@ template (PromptBuilder raises ValueError while the runtime is set up). Fixing t
 folder and retrying — after the backoff, or at once with reload — loads it.
 """
 
-import asyncio
 import os
 import shutil
 import sys
 import threading
-import time
 
 import pytest
 import torch
+from manual_clock import ManualClock
 
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
@@ -50,7 +49,8 @@ def no_template_folder(tmp_path):
 
 def test_a_set_up_failure_is_an_error_with_its_reason_then_retried_after_the_backoff(no_template_folder):
     folder, fix = no_template_folder
-    service = InfillService(str(folder), first_retry_s=0.5)
+    clock = ManualClock()
+    service = InfillService(str(folder), first_retry_s=0.5, clock=clock)
     with pytest.raises(errors.ModelLoadError):
         service.load()
     status = service.status()
@@ -58,8 +58,12 @@ def test_a_set_up_failure_is_an_error_with_its_reason_then_retried_after_the_bac
     fix()
     with pytest.raises(errors.ModelLoadError):  # within the backoff: the same error, no new attempt
         service.load()
+    clock.advance(0.49)
+    assert not service.retry_due()
+    with pytest.raises(errors.ModelLoadError):  # still within it
+        service.load()
     assert not service.loaded
-    time.sleep(0.6)
+    clock.advance(0.01)
     assert service.retry_due()
     service.load()
     assert service.loaded and service.status().state == "ready"
@@ -77,14 +81,17 @@ def test_reload_retries_at_once(no_template_folder):
 
 async def test_in_process_client_reports_error_then_a_later_request_loads(no_template_folder):
     folder, fix = no_template_folder
-    client = InProcessEngineClient(InfillService(str(folder), first_retry_s=0.5))
+    clock = ManualClock()
+    client = InProcessEngineClient(InfillService(str(folder), first_retry_s=0.5, clock=clock))
     seen = []
     client.on_status(lambda status: seen.append(status.state))
     with pytest.raises(EngineUnavailableError):
         await client.denoise(REQUEST, lambda draft: None)
     assert client.status().state == "error" and seen[-1] == "error"
     fix()
-    await asyncio.sleep(0.6)
+    with pytest.raises(EngineUnavailableError):  # within the backoff a request does not try again
+        await client.denoise(REQUEST, lambda draft: None)
+    clock.advance(0.5)
     result = await client.denoise(REQUEST, lambda draft: None)
     assert result.candidates and client.status().state == "ready"
     await client.close()

@@ -229,6 +229,7 @@ async def test_cancel_request_stops_denoising(client: LanguageClient):
     open_document(client, uri, text)
     client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"dgemma": {"steps": 200}}))
     try:
+        cancelled_before = (await status(client))["cancelled"]
         client.events.clear()
         position = position_of(text, text.index("return \n") + len("return "), ENCODING)
         request = asyncio.ensure_future(client.protocol.send_request_async(
@@ -239,10 +240,11 @@ async def test_cancel_request_stops_denoising(client: LanguageClient):
         with pytest.raises(JsonRpcException) as error:
             await within(request)
         assert error.value.code == -32800  # RequestCancelled
-        drafts = [p["step"] for m, p in client.events if m == "dgemma/draft"]
-        assert max(drafts) < 200
+        # pygls answers -32800 once the request's task has ended, and the task ends only after
+        # the engine let go of the model: by now the engine has either stopped or finished.
         state = await status(client)
         assert state["inFlight"] == 0 and state["state"] == "ready"
+        assert state["cancelled"] == cancelled_before + 1  # it stopped, before its 200th step
     finally:
         client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"dgemma": {"steps": 2}}))
 

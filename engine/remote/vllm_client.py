@@ -43,6 +43,7 @@ import math
 import os
 import time
 from dataclasses import dataclass
+from typing import Literal
 from urllib.parse import urlsplit
 
 import httpx2
@@ -68,8 +69,31 @@ REQUEST_REJECTED = (400, 413, 422)
 NO_DRAFTS = "no drafts: the API streams only finished canvases"
 
 
+FaultKind = Literal[
+    "unreachable", "timeout", "connection-lost", "http-status", "rejected", "not-a-stream",
+    "malformed-event", "incomplete-stream", "error-mid-stream", "not-our-model",
+]
+"""What went wrong with a request, for code that must tell faults apart without reading messages:
+no connection; no answer in time; the connection broke mid-answer; an HTTP error status; a
+status that rejects the request itself (REQUEST_REJECTED); an answer that is not an event
+stream; an event that is not a completion chunk; a stream that ended before every candidate
+finished; an error the server sent mid-stream; a server that does not serve our model."""
+
+
 class RemoteEngineError(errors.EngineError):
-    """The server answered, but not with a usable completion (a rejected request, a malformed stream)."""
+    """The server answered, but not with a usable completion (a rejected request); `fault` says how."""
+
+    def __init__(self, reason: str, fault: FaultKind) -> None:
+        super().__init__(reason)
+        self.fault: FaultKind = fault
+
+
+class RemoteUnavailableError(EngineUnavailableError):
+    """The server is unwell (a backoff started): what the server answers with empty items; `fault` says how."""
+
+    def __init__(self, reason: str, fault: FaultKind) -> None:
+        super().__init__(reason)
+        self.fault: FaultKind = fault
 
 
 @dataclass(frozen=True)
@@ -97,9 +121,9 @@ class Backoff:
 class _Fault(Exception):
     """A failed request, classified: `backoff` when the server (not the request) is unwell."""
 
-    def __init__(self, reason: str, *, backoff: bool, retry_after: float | None = None) -> None:
+    def __init__(self, reason: str, kind: FaultKind, *, backoff: bool, retry_after: float | None = None) -> None:
         super().__init__(reason)
-        self.reason, self.backoff, self.retry_after = reason, backoff, retry_after
+        self.reason, self.kind, self.backoff, self.retry_after = reason, kind, backoff, retry_after
 
 
 # -- the stream's chunks (only the fields read here; unknown fields are ignored) ------------------
@@ -330,11 +354,13 @@ class VllmEngineClient:
         try:
             served = [m.id for m in _decode_models(response.content).data]
         except msgspec.DecodeError as error:
-            raise _Fault(f"{self.url}/models answered something other than a model list: {error}", backoff=True) from None
+            raise _Fault(f"{self.url}/models answered something other than a model list: {error}", "malformed-event",
+                         backoff=True) from None
         if self.model not in served:
             raise _Fault(
                 f"the server at {self.url} serves {', '.join(served) or 'no model'}, not {self.model}: "
                 "pass --model with the served name",
+                "not-our-model",
                 backoff=True,
             )
 
@@ -363,17 +389,18 @@ class VllmEngineClient:
                 async with asyncio.timeout(self._timeouts.total):
                     result = await self._stream(body, request.settings.candidates)
             except TimeoutError:
-                raise _Fault(f"{self.url} took longer than {self._timeouts.total:.0f} s", backoff=True) from None
-            except httpx2.SSEError as error:
-                raise _Fault(f"malformed stream from {self.url}: {error}", backoff=True) from None
+                raise _Fault(f"{self.url} took longer than {self._timeouts.total:.0f} s", "timeout", backoff=True) from None
+            except httpx2.SSEError as error:  # the answer is not an event stream (its content type)
+                raise _Fault(f"malformed stream from {self.url}: {error}", "not-a-stream", backoff=True) from None
             except httpx2.TimeoutException:
-                raise _Fault(f"{self.url} timed out (no answer within {self._timeouts.read:.0f} s)", backoff=True) from None
+                raise _Fault(f"{self.url} timed out (no answer within {self._timeouts.read:.0f} s)", "timeout",
+                             backoff=True) from None
             except httpx2.HTTPError as error:  # transport failures, broken chunked bodies, decoding errors
                 raise _transport_fault(self.url, error) from None
         except _Fault as fault:
             self._fault(fault, epoch)
-            error_type = EngineUnavailableError if fault.backoff else RemoteEngineError
-            raise error_type(fault.reason) from None
+            error_type = RemoteUnavailableError if fault.backoff else RemoteEngineError
+            raise error_type(fault.reason, fault.kind) from None
         finally:
             self._busy -= 1
             self._publish()
@@ -441,13 +468,14 @@ class VllmEngineClient:
                 try:
                     chunk = _decode_chunk(event.data)
                 except msgspec.DecodeError as error:
-                    raise _Fault(f"malformed stream from {self.url}: {error}", backoff=True) from None
+                    raise _Fault(f"malformed stream from {self.url}: {error}", "malformed-event", backoff=True) from None
                 if chunk.error is not None:
-                    raise _Fault(f"{self.url} failed mid-stream: {_error_text(chunk.error)}", backoff=True)
+                    raise _Fault(f"{self.url} failed mid-stream: {_error_text(chunk.error)}", "error-mid-stream",
+                                 backoff=True)
                 for choice in chunk.choices:
                     if not 0 <= choice.index < candidates:
                         raise _Fault(f"malformed stream from {self.url}: choice {choice.index} of {candidates}",
-                                     backoff=True)
+                                     "malformed-event", backoff=True)
                     texts[choice.index] += choice.text
                     if choice.index == 0 and choice.text:  # vLLM sends one chunk per finished canvas
                         canvases += 1
@@ -457,7 +485,8 @@ class VllmEngineClient:
                 if chunk.usage is not None:
                     usage = chunk.usage
         if not done or None in finished:
-            raise _Fault(f"the stream from {self.url} ended before every candidate finished", backoff=True)
+            raise _Fault(f"the stream from {self.url} ended before every candidate finished", "incomplete-stream",
+                         backoff=True)
         details = usage.prompt_tokens_details
         return DenoiseResult(
             candidates=[_candidate(text, lps) for text, lps in zip(texts, logprobs, strict=True)],
@@ -480,10 +509,10 @@ def _candidate(text: str, logprobs: list[float]) -> RawCandidate:
 
 def _transport_fault(url: str, error: httpx2.HTTPError) -> _Fault:
     if isinstance(error, httpx2.TimeoutException):
-        return _Fault(f"{url} timed out ({type(error).__name__})", backoff=True)
+        return _Fault(f"{url} timed out ({type(error).__name__})", "timeout", backoff=True)
     if isinstance(error, httpx2.ConnectError):
-        return _Fault(f"cannot reach {url}: {error or 'connection refused'}", backoff=True)
-    return _Fault(f"connection to {url} failed: {type(error).__name__} {error}".rstrip(), backoff=True)
+        return _Fault(f"cannot reach {url}: {error or 'connection refused'}", "unreachable", backoff=True)
+    return _Fault(f"connection to {url} failed: {type(error).__name__} {error}".rstrip(), "connection-lost", backoff=True)
 
 
 def _status_fault(response: httpx2.Response, detail: str, url: str, model: str) -> _Fault:
@@ -496,6 +525,7 @@ def _status_fault(response: httpx2.Response, detail: str, url: str, model: str) 
     retry_after = response.headers.get("retry-after", "")
     return _Fault(
         reason,
+        "rejected" if code in REQUEST_REJECTED else "http-status",
         backoff=code not in REQUEST_REJECTED,
         retry_after=float(retry_after) if retry_after.isdigit() else None,
     )

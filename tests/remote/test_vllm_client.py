@@ -17,10 +17,15 @@ from collections.abc import AsyncIterator
 import pytest
 from completions_server import CompletionsServer
 
-from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
 from dgemma_lsp.engine.client import EngineUnavailableError
-from dgemma_lsp.engine.remote.vllm_client import Backoff, RemoteEngineError, Timeouts, VllmEngineClient
+from dgemma_lsp.engine.remote.vllm_client import (
+    Backoff,
+    RemoteEngineError,
+    RemoteUnavailableError,
+    Timeouts,
+    VllmEngineClient,
+)
 from dgemma_lsp.engine.runtime.prompting import PromptBuilder
 from dgemma_lsp.engine.runtime.tiny_model import tiny_model_dir
 
@@ -177,8 +182,9 @@ async def test_a_server_error_turns_the_status_to_error_then_it_recovers_by_itse
 
 async def test_a_rejected_request_fails_alone_and_starts_no_backoff(server: CompletionsServer, remote: Watched):
     server.behaviour.fail_status, server.behaviour.fail_count = 400, 1
-    with pytest.raises(RemoteEngineError):
+    with pytest.raises(RemoteEngineError) as error:
         await remote.denoise(request())
+    assert error.value.fault == "rejected"
     assert remote.client.status().state == "error"
     assert len((await remote.denoise(request())).candidates) == 1  # straight through, no waiting window
     assert server.counters.completions == 2
@@ -202,11 +208,17 @@ async def test_a_failing_server_is_not_hammered(server: CompletionsServer):
         await watched.client.close()
 
 
-@pytest.mark.parametrize("kind", ["json", "no-done", "content-type", "drop"])
-async def test_a_malformed_stream_is_an_error_and_the_next_request_works(server, remote: Watched, kind: str):
+@pytest.mark.parametrize(("kind", "fault"), [
+    ("json", "malformed-event"),  # an event whose data is not JSON
+    ("no-done", "incomplete-stream"),  # the stream ends without [DONE]
+    ("content-type", "not-a-stream"),  # a JSON body where an event stream belongs
+    ("drop", "connection-lost"),  # the connection shut mid-stream
+])
+async def test_a_malformed_stream_is_an_error_and_the_next_request_works(server, remote: Watched, kind: str, fault: str):
     server.behaviour.malformed = kind
-    with pytest.raises((errors.EngineError, EngineUnavailableError)):
+    with pytest.raises(RemoteUnavailableError) as error:  # the server is unwell: a backoff starts
         await remote.denoise(request())
+    assert error.value.fault == fault
     assert remote.client.status().state == "error"
     await remote.reaches("ready")
     assert len((await remote.denoise(request())).candidates) == 1

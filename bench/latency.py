@@ -371,23 +371,32 @@ def run_series(model: str = "tiny", *, runs: int, progress=None, **options) -> L
     if runs < 1:
         raise ValueError(f"--runs must be at least 1, got {runs}")
     reports: list[LatencyReport] = []
-    pooled: dict[str, list[float]] = {"overhead": [], "cache_hit": [], "loop_stall": []}
+    samples_of_runs: list[dict[str, Any]] = []
     for number in range(1, runs + 1):
         report, samples = _run_once(model, progress=progress, **options)
         reports.append(report)
-        for name, values in pooled.items():
-            values.extend(samples[name])
+        samples_of_runs.append(samples)
         if progress:
             progress(f"latency: run {number}/{runs}: {_run_summary(report)}")
     return LatencySeries(
         runs=reports,
         runs_meeting_all_targets=sum(all(report.targets_met.values()) for report in reports),
-        pooled=PooledFigures(
-            keystrokes=sum(report.keystrokes for report in reports),
-            server_overhead_ms=percentiles(pooled["overhead"]),
-            cache_hit_ms=percentiles(pooled["cache_hit"]),
-            loop_stall_ms=_stall_percentiles(pooled["loop_stall"]),
-        ),
+        pooled=pooled_figures(samples_of_runs, keystrokes=sum(report.keystrokes for report in reports)),
+    )
+
+
+def pooled_figures(samples_of_runs: list[dict[str, Any]], *, keystrokes: int) -> PooledFigures:
+    """The targets' figures over the raw samples of every run together (never from the runs'
+    percentiles: a median of medians is not the median of the keystrokes)."""
+
+    def every(name: str) -> list[float]:
+        return [value for samples in samples_of_runs for value in samples[name]]
+
+    return PooledFigures(
+        keystrokes=keystrokes,
+        server_overhead_ms=percentiles(every("overhead")),
+        cache_hit_ms=percentiles(every("cache_hit")),
+        loop_stall_ms=_stall_percentiles(every("loop_stall")),
     )
 
 

@@ -39,6 +39,7 @@ def imported_modules(folder: str) -> dict[str, set[str]]:
                 names.add(base)
                 names |= {f"{base}.{alias.name}" for alias in node.names}  # `from pkg import module`
         found[str(path.relative_to(ROOT))] = names
+    assert found, f"no Python file under {folder}/: a check over no file would pass whatever the imports"
     return found
 
 
@@ -89,6 +90,8 @@ TORCH_FREE_RUNTIME_MODULES = ("dgemma_lsp.engine.runtime.prompting", "dgemma_lsp
 
 def test_remote_room_is_torch_free_and_needs_no_daemon():
     assert offenders("engine/remote", ("torch", "transformers", "dgemma_lsp.engine.daemon")) == []
+    for module in TORCH_FREE_RUNTIME_MODULES:  # a name that matches no module would allow nothing
+        assert (ROOT / "engine" / "runtime" / f"{module.rpartition('.')[2]}.py").is_file(), module
     for path, names in imported_modules("engine/remote").items():
         for name in names:
             if name.startswith("dgemma_lsp.engine.runtime."):

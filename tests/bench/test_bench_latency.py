@@ -36,12 +36,19 @@ def test_a_series_judges_each_run_and_pools_every_keystroke():
     assert series.runs_meeting_all_targets == sum(all(run.targets_met.values()) for run in series.runs)
     for run in series.runs:
         assert run.load_average is not None and run.load_average.start >= 0 and run.load_average.end >= 0
-    # The pooled figures come from the runs' keystrokes together, not from their summaries.
     assert series.pooled.loop_stall_ms.max == max(run.loop_stall_ms.max for run in series.runs)
     medians = [run.server_overhead_ms.p50 for run in series.runs]
     assert min(medians) <= series.pooled.server_overhead_ms.p50 <= max(medians)
     rows = dict(latency.series_rows(series))
     assert rows["runs meeting all three"].startswith(f"{series.runs_meeting_all_targets}/2")
+    # The pooled figures come from the runs' keystrokes together, not from their summaries: on
+    # these samples a median of the runs' medians (2 and 30 ms; 1 and 3 ms) would read 16 and 2.
+    short = {"overhead": [1.0, 2.0, 3.0], "cache_hit": [0.5], "loop_stall": [5.0, 1.0, 1.0]}
+    long = {"overhead": [10.0, 20.0, 30.0, 40.0, 50.0], "cache_hit": [0.7, 0.9], "loop_stall": [2.0, 3.0, 4.0]}
+    pooled = latency.pooled_figures([short, long], keystrokes=8)
+    assert pooled.server_overhead_ms == latency.Percentiles(6.5, 50.0)
+    assert pooled.cache_hit_ms == latency.Percentiles(0.7, 0.9)
+    assert pooled.loop_stall_ms == latency.StallPercentiles(2.5, 5.0, 5.0)
 
 
 def test_a_series_of_no_runs_is_refused_with_a_clear_error():

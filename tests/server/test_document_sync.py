@@ -10,6 +10,7 @@ import pytest
 import pytest_lsp
 from lsp_session import FAST, capabilities, config, initialize, open_document, wait_until, within
 from lsprotocol import types as lsp
+from pygls.exceptions import JsonRpcException
 from pytest_lsp import LanguageClient
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -46,6 +47,8 @@ async def test_closing_a_file_while_its_completion_runs(client: LanguageClient):
 
 
 async def test_change_and_close_for_unknown_documents_are_harmless(client: LanguageClient):
+    uri = "file:///tmp/still-serving.py"
+    open_document(client, uri, "total = \n")  # open before the stray messages, which must leave it be
     ghost = lsp.VersionedTextDocumentIdentifier(uri="file:///tmp/never-opened.py", version=2)
     client.text_document_did_change(
         lsp.DidChangeTextDocumentParams(
@@ -60,8 +63,13 @@ async def test_change_and_close_for_unknown_documents_are_harmless(client: Langu
         client.text_document_did_close(
             lsp.DidCloseTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=ghost.uri))
         )
-    uri = "file:///tmp/still-serving.py"
-    open_document(client, uri, "total = \n")
+    # Harmless means: the stray change opened nothing (the ghost is still unknown, and a request
+    # for it gets the usual InvalidParams) ...
+    with pytest.raises(JsonRpcException) as error:
+        await within(client.text_document_inline_completion_async(invoked(ghost.uri, 0, 1)))
+    assert error.value.code == -32602  # (the change would have made it "x": (0, 1) a valid position)
+    # ... the document that is open still answers with a completion ...
     result = await within(client.text_document_inline_completion_async(invoked(uri, 0, 8)))
-    assert result is not None
+    assert result is not None and result.items
+    # ... and the user saw no error.
     assert server_errors(client) == []

@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from dgemma_lsp.bench import humaneval
 
 DATA = humaneval.default_data_dir()
@@ -43,6 +45,7 @@ def test_every_subset_loads_with_its_fields():
         assert problem.entry_point in problem.prompt + problem.canonical_solution + problem.suffix
 
 
+@pytest.mark.timeout(1500)  # its subprocess may take 1,200 s
 def test_tiny_model_smoke_run_scores_twenty_problems():
     command = [sys.executable, "-m", "dgemma_lsp.server.cli", "bench", "humaneval", "--model", "tiny",
                "--subset", "single-line", "--limit", "20", "--steps", "2", "--max-tokens", "32", "--json",

@@ -148,6 +148,7 @@ def _train(run_dir: Path, recipe: Path, steps: int) -> None:
                     "--steps", str(steps), "--quiet", "--threads", "1"], check=True, timeout=300)
 
 
+@pytest.mark.timeout(1500)  # four subprocesses of up to 300 s each
 def test_a_run_resumes_where_it_stopped_and_its_model_loads(tmp_path):
     recipe = tmp_path / "micro.json"
     recipe.write_text(json.dumps(MICRO))

@@ -21,15 +21,23 @@ class ManualClock:
         hundred bytes)."""
         self._changed = threading.Condition()
         self._reads: dict[int, int] = {}
+        self._after_read: dict[int, float] = {}
 
     def __call__(self) -> float:
         with self._changed:
             now = self._now
-            self._now += self.tick
             thread = threading.get_ident()
+            self._now += self.tick + self._after_read.pop(thread, 0.0)
             self._reads[thread] = self._reads.get(thread, 0) + 1
             self._changed.notify_all()
         return now
+
+    def advance_after_next_read(self, seconds: float) -> None:
+        """Move the clock on by `seconds` right after the calling thread's next read: time that
+        passes between that read and whatever the thread does next (a callback it posts waiting
+        for the loop's thread to wake)."""
+        with self._changed:
+            self._after_read[threading.get_ident()] = seconds
 
     def advance(self, seconds: float) -> None:
         with self._changed:

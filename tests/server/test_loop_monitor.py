@@ -96,37 +96,45 @@ def test_a_busy_pass_is_timed_on_the_timed_loop_and_only_there():
 
 
 def test_on_the_servers_loop_real_hand_offs_are_timed_without_a_thread_of_its_own():
-    """On `TimedEventLoop` the monitor starts no probe: a callback posted from another thread while
-    the loop is blocked times its wait; with `probe=True` the probing thread runs as well."""
+    """On `TimedEventLoop` the monitor starts no probe: a callback posted from another thread times
+    its wait, also where no pass of the loop saw it (the loop's thread waking up late); with
+    `probe=True` the probing thread runs as well."""
     clock = ManualClock()
 
-    def post(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> None:
+    def post(loop: asyncio.AbstractEventLoop, loop_thread: int, reads_before: int, arrived: asyncio.Event) -> None:
+        # Once the loop waits in its selector (its next read of the clock), post; 50 ms pass
+        # between the post and the loop's thread running it, outside any pass of the loop.
+        assert clock.wait_for_read(loop_thread, after=reads_before, timeout=HANG_GUARD_S)
+        clock.advance_after_next_read(0.05)  # the next read is the post's own time stamp
         loop.call_soon_threadsafe(arrived.set)
 
-    async def main(probe: bool) -> tuple[bool, float, float]:
+    async def main(probe: bool) -> tuple[bool, float, float, float | None]:
         monitor = LoopMonitor(probe=probe, clock=clock)
         monitor.start()
         probing = bool(_monitor_threads())
         await asyncio.sleep(0)
         idle = monitor.take()  # nothing posted, nothing held the loop
+        monitor.take_busy()
         arrived = asyncio.Event()
-        poster = threading.Thread(target=post, args=(asyncio.get_running_loop(), arrived))
+        loop_thread = threading.get_ident()
+        poster = threading.Thread(
+            target=post, args=(asyncio.get_running_loop(), loop_thread, clock.reads_by(loop_thread), arrived)
+        )
         poster.start()
-        poster.join(HANG_GUARD_S)  # a handler holding the loop: the callback the thread posted waits behind it
-        clock.advance(0.05)
         await arrived.wait()
-        stall = monitor.take()
+        poster.join(HANG_GUARD_S)
+        stall, busy = monitor.take(), monitor.take_busy()
         monitor.stop()
-        return probing, idle, stall
+        return probing, idle, stall, busy
 
     _join_monitor_threads()
     with asyncio.Runner(loop_factory=lambda: TimedEventLoop(clock)) as runner:
-        probing, idle, stall = runner.run(main(probe=False))
+        probing, idle, stall, busy = runner.run(main(probe=False))
     assert not probing  # no thread: the server's own traffic is timed
     assert idle == 0.0
-    assert stall == 50.0
+    assert stall == 50.0 and busy == 0.0  # the hand-off saw it; no pass did
     with asyncio.Runner(loop_factory=lambda: TimedEventLoop(clock)) as runner:
-        probing, _, stall = runner.run(main(probe=True))
+        probing, _, stall, _ = runner.run(main(probe=True))
     assert probing and stall == 50.0
 
 

@@ -46,6 +46,12 @@ async def test_closing_a_file_while_its_completion_runs(client: LanguageClient):
     assert server_errors(client) == []
 
 
+async def ghost_is_unknown(client: LanguageClient, uri: str) -> None:
+    with pytest.raises(JsonRpcException) as error:
+        await within(client.text_document_inline_completion_async(invoked(uri, 0, 1)))
+    assert error.value.code == -32602
+
+
 async def test_change_and_close_for_unknown_documents_are_harmless(client: LanguageClient):
     uri = "file:///tmp/still-serving.py"
     open_document(client, uri, "total = \n")  # open before the stray messages, which must leave it be
@@ -59,15 +65,14 @@ async def test_change_and_close_for_unknown_documents_are_harmless(client: Langu
             )],
         )
     )
-    for _ in range(2):
+    # Harmless means: the stray change opened nothing (the ghost is still unknown, and a request
+    # for it gets the usual InvalidParams; had the change made it "x", (0, 1) would be valid) ...
+    await ghost_is_unknown(client, ghost.uri)
+    for _ in range(2):  # ... closing what is not open changes nothing either ...
         client.text_document_did_close(
             lsp.DidCloseTextDocumentParams(text_document=lsp.TextDocumentIdentifier(uri=ghost.uri))
         )
-    # Harmless means: the stray change opened nothing (the ghost is still unknown, and a request
-    # for it gets the usual InvalidParams) ...
-    with pytest.raises(JsonRpcException) as error:
-        await within(client.text_document_inline_completion_async(invoked(ghost.uri, 0, 1)))
-    assert error.value.code == -32602  # (the change would have made it "x": (0, 1) a valid position)
+    await ghost_is_unknown(client, ghost.uri)
     # ... the document that is open still answers with a completion ...
     result = await within(client.text_document_inline_completion_async(invoked(uri, 0, 8)))
     assert result is not None and result.items

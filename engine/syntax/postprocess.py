@@ -137,18 +137,22 @@ def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str) -> st
         if depth <= 0:
             break
     out = "\n".join(kept).rstrip()
-    return _drop_closer_suffix_has(out, suffix)
+    return _drop_closer_suffix_has(out, suffix, line_before)
 
 
 def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, language: str) -> str:
     """block and statement holes: whole lines at the plan's indentation."""
+    if line_before.strip() and not plan.closer and not text.startswith("\n"):
+        first = text.split("\n", 1)[0]
+        if first.strip() and first_unmatched_closer(first) is not None:
+            # `{ delete p; }` on the header's own line: a one-line body, kept as written.
+            return first.rstrip()
     lines = text.split("\n")
     while lines and not lines[0].strip():
         lines.pop(0)
     if not lines:
         return ""
     lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before))
-    next_statement = _first_code_line(suffix)
     kept: list[str] = []
     depth = 0
     keyword_depth = 0
@@ -161,7 +165,7 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
                 keyword_depth, closes_outer = _lua_depth_walk(line, keyword_depth)
                 if closes_outer:
                     break
-            if plan.kind == "statement" and next_statement and stripped == next_statement and kept:
+            if plan.kind == "statement" and kept and depth == 0 and _is_suffix_start(lines, index, suffix):
                 break
             line_depth, dipped = _depth_walk(line, depth)
             if dipped:
@@ -247,9 +251,12 @@ def _cut_degenerate(text: str) -> str:
         if len(line) >= 3 and line == lines[i + 1].strip() == lines[i + 2].strip():
             text = "\n".join(lines[: i + 1])
             break
-    run = _REPEATED_RUN.search(text)
-    if run is not None:
-        text = text[: run.start() + len(run.group(1))]
+    pos = 0
+    while (run := _REPEATED_RUN.search(text, pos)) is not None:
+        if run.group(1).strip():
+            return text[: run.start() + len(run.group(1))]
+        # Whitespace repeated is indentation (16 spaces are "  " eight times), not a loop.
+        pos = run.end()
     return text
 
 
@@ -345,10 +352,18 @@ def _cap_balanced(lines: list[str], max_lines: int) -> str:
     return "\n".join(kept)
 
 
-def _drop_closer_suffix_has(text: str, suffix: str) -> str:
-    """Cut the text before a closer it does not open when the suffix starts with that closer."""
+def _drop_closer_suffix_has(text: str, suffix: str, line_before: str) -> str:
+    """Cut the text before a closer it does not open when the suffix starts with that closer:
+    on the cursor's line, or on the next line at the cursor line's indentation (where a
+    formatter puts the closer of a bracket the cursor's line opened; a closer indented
+    less closes an outer block, which the text's closer does not)."""
     depth = 0
-    upcoming = suffix.lstrip()[:1]
+    rest, _, later = suffix.partition("\n")
+    upcoming = rest.strip()[:1]
+    if not upcoming:
+        next_line = next((line for line in later.split("\n") if line.strip()), "")
+        if _leading(next_line) == _leading(line_before):
+            upcoming = next_line.strip()[:1]
     for i, c in code_chars(text):
         if c in OPENERS:
             depth += 1
@@ -357,6 +372,10 @@ def _drop_closer_suffix_has(text: str, suffix: str) -> str:
             if depth < 0:
                 return text[:i].rstrip() if c == upcoming else text
     return text
+
+
+def _leading(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
 
 
 def _indent_width(line: str) -> int:
@@ -402,6 +421,19 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
         relative = "\t" * (extra // 4) if unit == "\t" else " " * extra
         out.append(indent + relative + line.lstrip(" \t"))
     return out
+
+
+def _is_suffix_start(lines: list[str], index: int, suffix: str) -> bool:
+    """Whether the text from `lines[index]` on starts as the suffix's next statement does: the
+    model ran on into the code after the hole. Two lines must match when the text has two, and
+    a lone line must say something (a `}` or `/**` line is in every file, not the suffix's)."""
+    ahead = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][:2]
+    mine = [line.strip() for line in lines[index:] if line.strip()][:2]
+    if not ahead or not mine or mine[0] != ahead[0]:
+        return False
+    if len(mine) == 2 and len(ahead) == 2:
+        return mine[1] == ahead[1]
+    return len(mine[0]) >= 4 and _IDENT.search(mine[0]) is not None
 
 
 def _first_code_line(suffix: str) -> str:

@@ -268,13 +268,15 @@ def answers(language: str, hole: Hole, text: str, foreign_decl: str | None) -> d
     suffix = text[hole.end:]
     prefix = text[:hole.start]
     out = {"truth": truth, "run-on": truth + suffix[:RUN_ON_CHARS]}
-    if foreign_decl is not None:
-        closers = _closers_ahead(suffix)
-        joint = "" if hole.kind.startswith("expression") else "\n"
+    line_before = prefix[prefix.rfind("\n") + 1:]
+    top_level = hole.kind in ("statement", "multi-line") and not line_before
+    if foreign_decl is not None and not top_level:
+        # (At the top level a new declaration may well belong to a statement hole: not foreign there.)
+        closers = _closers_ahead(truth, suffix)
+        joint = "" if hole.kind == "expression" else "\n"
         eol = "\r\n" if "\r\n" in text else "\n"
         out["foreign"] = truth + "".join(joint + c for c in closers) + eol + eol + foreign_decl
     out["fenced"] = f"```{language}\n{truth}\n```\n"
-    line_before = prefix[prefix.rfind("\n") + 1:]
     if line_before.strip():
         out["repeated"] = line_before + truth
     else:
@@ -285,16 +287,17 @@ def answers(language: str, hole: Hole, text: str, foreign_decl: str | None) -> d
     return out
 
 
-def _closers_ahead(suffix: str, count: int = 2) -> list[str]:
-    """The first `count` closers in the suffix that close brackets opened before it."""
+def _closers_ahead(truth: str, suffix: str, count: int = 2) -> list[str]:
+    """The first `count` closers in the suffix that close brackets opened before the hole."""
     depth, found = 0, []
-    for _, c in code_chars(suffix[:4000]):
+    for i, c in code_chars(truth + suffix[:4000]):
         if c in OPENERS:
             depth += 1
         elif c in CLOSERS:
             depth -= 1
             if depth < 0:
-                found.append(c)
+                if i >= len(truth):
+                    found.append(c)
                 depth = 0
                 if len(found) >= count:
                     break

@@ -131,10 +131,13 @@ def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str) -> st
     depth = _open_depth(line_before)
     lines = text.split("\n")
     kept: list[str] = []
+    body_follows = _deeper_line_follows(suffix, line_before)
     for line in lines[: plan.max_lines or 1]:
         kept.append(line)
         depth += _depth_change(line)
-        if depth <= 0:
+        if depth <= 0 or body_follows:
+            # A bracket left open grows the line, unless what it opens is already in the suffix
+            # (its next line is indented deeper than the cursor's): then the model ran on into it.
             break
     out = "\n".join(kept).rstrip()
     return _drop_closer_suffix_has(out, suffix, line_before)
@@ -224,11 +227,15 @@ def _strip_repeated_prefix(text: str, prefix: str, line_before: str) -> str:
             if not joins_word and len(stripped_before) >= 2:
                 return after.lstrip(" \t") if line_before.endswith((" ", "\t")) else after
     # Last few code lines of the prefix repeated at the start (models restate context).
-    previous = [line.strip() for line in prefix.split("\n")[-6:-1] if line.strip()]
+    raw_previous = [line.rstrip() for line in prefix.split("\n")[-6:-1] if line.strip()]
+    previous = [line.strip() for line in raw_previous]
     text_lines = text.split("\n")
     for count in range(len(previous), 0, -1):
         tail = previous[-count:]
-        if sum(len(line) for line in tail) < 6 or len(text_lines) <= count:
+        if len(text_lines) <= count:
+            continue
+        # A short line (`}`, `*/`) is repeated only when copied with its indentation.
+        if sum(len(line) for line in tail) < 6 and not (count == 1 and text_lines[0].rstrip() == raw_previous[-1]):
             continue
         head = [line.strip() for line in text_lines[:count]]
         if head == tail:
@@ -406,7 +413,8 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
     if first_at_cursor and first_width == 0 and target > 0 and second is not None:
         # Indented later lines after a flush first line: document coordinates (a later line
         # left of the cursor is then a dedent). After an opener, only deeper than the cursor.
-        if second > target if opens else second > 0:
+        # A flush line after a blank one starts a new top-level chunk: document coordinates too.
+        if (second > target if opens else second > 0) or _flush_after_blank(lines):
             base = target
     unit = "\t" if indent.startswith("\t") else " "
     out = []
@@ -423,6 +431,14 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
     return out
 
 
+def _deeper_line_follows(suffix: str, line_before: str) -> bool:
+    """Whether the suffix's next non-blank line is indented deeper than the cursor's line."""
+    for line in suffix.split("\n")[1:]:
+        if line.strip():
+            return _indent_width(line) > _indent_width(line_before)
+    return False
+
+
 def _is_suffix_start(lines: list[str], index: int, suffix: str) -> bool:
     """Whether the text from `lines[index]` on starts as the suffix's next statement does: the
     model ran on into the code after the hole. Two lines must match when the text has two, and
@@ -434,6 +450,12 @@ def _is_suffix_start(lines: list[str], index: int, suffix: str) -> bool:
     if len(mine) == 2 and len(ahead) == 2:
         return mine[1] == ahead[1]
     return len(mine[0]) >= 4 and _IDENT.search(mine[0]) is not None
+
+
+def _flush_after_blank(lines: list[str]) -> bool:
+    """Whether a later line at column 0 follows a blank line."""
+    return any(not lines[i - 1].strip() and lines[i].strip() and _indent_width(lines[i]) == 0
+               for i in range(2, len(lines)))
 
 
 def _first_code_line(suffix: str) -> str:

@@ -116,8 +116,9 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
     head, after = text[:stop], text[stop:]
     auto_closed = rest_of_line.rstrip()
     continuation = after.split("\n", 1)[0]
+    went_on = continuation[len(auto_closed):]
     if (auto_closed and all(c in ")]}\"'`;" for c in auto_closed) and continuation.startswith(auto_closed)
-            and continuation[len(auto_closed):].strip()):
+            and went_on.strip() and first_unmatched_closer(went_on) is None):
         # `foo(|)` -> `x).strip()`: the model closed the call and went on; replace the `)`.
         return head + continuation.rstrip(), len(auto_closed)
     return head, 0
@@ -169,6 +170,8 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
                 if closes_outer:
                     break
             if plan.kind == "statement" and kept and depth == 0 and _is_suffix_start(lines, index, suffix):
+                while kept and (not kept[-1].strip() or _is_comment(kept[-1])):
+                    kept.pop()  # the comment above the suffix's statement is the suffix's too
                 break
             line_depth, dipped = _depth_walk(line, depth)
             if dipped:
@@ -253,9 +256,10 @@ def _cut_degenerate(text: str) -> str:
     if compact and whole is not None:
         return ""
     lines = text.split("\n")
-    for i in range(len(lines) - 2):
+    for i in range(len(lines) - 4):
+        # Five equal lines in a row: three (`any,` in a type's arguments) are code often enough.
         line = lines[i].strip()
-        if len(line) >= 3 and line == lines[i + 1].strip() == lines[i + 2].strip():
+        if len(line) >= 3 and all(lines[i + k].strip() == line for k in range(1, 5)):
             text = "\n".join(lines[: i + 1])
             break
     pos = 0
@@ -431,6 +435,14 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
     return out
 
 
+def _is_comment(line: str) -> bool:
+    """A line of comment only (`*` lines of a block comment included), in any of our languages."""
+    stripped = line.lstrip()
+    if stripped.startswith("#"):  # not `#[attr]` (Rust) nor `#include` (C)
+        return not (stripped[1:2].isalnum() or stripped[1:2] == "[")
+    return stripped.startswith(("//", "/*", "*", "--"))
+
+
 def _deeper_line_follows(suffix: str, line_before: str) -> bool:
     """Whether the suffix's next non-blank line is indented deeper than the cursor's line."""
     for line in suffix.split("\n")[1:]:
@@ -443,8 +455,15 @@ def _is_suffix_start(lines: list[str], index: int, suffix: str) -> bool:
     """Whether the text from `lines[index]` on starts as the suffix's next statement does: the
     model ran on into the code after the hole. Two lines must match when the text has two, and
     a lone line must say something (a `}` or `/**` line is in every file, not the suffix's)."""
-    ahead = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][:2]
-    mine = [line.strip() for line in lines[index:] if line.strip()][:2]
+    rest = [line.strip() for line in lines[index:] if line.strip()]
+    following = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][:len(rest)]
+    if len(following) == len(rest) and rest[:-1] == following[:-1] and following[-1].startswith(rest[-1]) \
+            and any(_IDENT.search(line) for line in rest):
+        return True  # all that is left of the text is the suffix's start (comments too)
+    if _is_comment(lines[index]):
+        return False
+    ahead = [line.strip() for line in suffix.split("\n")[1:] if line.strip() and not _is_comment(line)][:2]
+    mine = [line.strip() for line in lines[index:] if line.strip() and not _is_comment(line)][:2]
     if not ahead or not mine or mine[0] != ahead[0]:
         return False
     if len(mine) == 2 and len(ahead) == 2:

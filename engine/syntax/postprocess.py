@@ -165,11 +165,13 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
         if stripped:
             if index > 0 and _indent_width(line) < _indent_width(plan.indent):
                 break
+            keywords_before = keyword_depth
             if language == "lua":
                 keyword_depth, closes_outer = _lua_depth_walk(line, keyword_depth)
                 if closes_outer:
                     break
-            if plan.kind == "statement" and kept and depth == 0 and _is_suffix_start(lines, index, suffix):
+            if plan.kind == "statement" and kept and depth == keywords_before == 0 \
+                    and _is_suffix_start(lines, index, suffix):
                 while kept and (not kept[-1].strip() or _is_comment(kept[-1])):
                     kept.pop()  # the comment above the suffix's statement is the suffix's too
                 break

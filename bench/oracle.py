@@ -53,7 +53,13 @@ from dgemma_lsp.engine.api import DenoiseResult, GenerationSettings, RawCandidat
 from dgemma_lsp.engine.syntax.brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import candidate_checker, finish_candidates, prepare_infill
-from dgemma_lsp.engine.syntax.languages import BLOCK_TYPES, LANGUAGES, PLAINTEXT, language_for_path
+from dgemma_lsp.engine.syntax.languages import (
+    BLOCK_TYPES,
+    DEFINITION_TYPES,
+    LANGUAGES,
+    PLAINTEXT,
+    language_for_path,
+)
 
 from .oracle_sources import DEFAULT_SOURCES, SourceFile, fetch, read_sources
 
@@ -305,7 +311,8 @@ def _closers_ahead(truth: str, suffix: str, count: int = 2) -> list[str]:
 
 
 def top_level_declaration(doc: SyntaxDocument) -> str | None:
-    """A top-level declaration of 2 to 15 lines starting at column 0, or None."""
+    """A top-level declaration of 2 to 15 lines starting at column 0, or else a definition
+    (`languages.DEFINITION_TYPES`) of that size from deeper in, moved to column 0; or None."""
     if doc.tree is None:
         return None
     for node in doc.tree.root_node.named_children:
@@ -316,6 +323,19 @@ def top_level_declaration(doc: SyntaxDocument) -> str | None:
             continue
         if 2 <= _rows(doc.text, start, end) <= 15:
             return doc.text[start:end]
+    definitions = DEFINITION_TYPES.get(doc.language, frozenset())
+    stack = [doc.tree.root_node]
+    while stack:
+        node = stack.pop()
+        stack.extend(reversed(node.named_children))
+        if node.type not in definitions or node.has_error:
+            continue
+        start, end = doc.node_span(node)
+        line_start = doc.text.rfind("\n", 0, start) + 1
+        indent = doc.text[line_start:start]
+        if not indent.strip() and 2 <= _rows(doc.text, start, end) <= 15:
+            lines = doc.text[line_start:end].split("\n")
+            return "\n".join(line[len(indent):] if line.startswith(indent) else line.lstrip() for line in lines)
     return None
 
 
@@ -410,7 +430,8 @@ def run_oracle(sources_dir: Path, *, files_per_language: int = 40, per_kind: int
             entry = sources[language].setdefault(file.source, {"origin": file.origin, "licence": file.licence,
                                                                "files": 0})
             entry["files"] += 1
-            others = [d for i, d in enumerate(declarations) if d and i != index]
+            others = [d for i, d in enumerate(declarations) if d and i != index] or \
+                [d for d in declarations if d]  # one file only: its own declaration, repeated
             foreign = others[index % len(others)] if others else None
             if foreign is not None and "\r\n" in text:
                 foreign = foreign.replace("\r\n", "\n").replace("\n", "\r\n")

@@ -442,7 +442,9 @@ def _is_comment(line: str) -> bool:
     stripped = line.lstrip()
     if stripped.startswith("#"):  # not `#[attr]` (Rust) nor `#include` (C)
         return not (stripped[1:2].isalnum() or stripped[1:2] == "[")
-    return stripped.startswith(("//", "/*", "*", "--"))
+    if stripped.startswith("*"):  # a block comment's `* text` or `*/`, not `*p = x;`
+        return stripped[1:2] in ("", " ", "/", "\t")
+    return stripped.startswith(("//", "/*", "--"))
 
 
 def _deeper_line_follows(suffix: str, line_before: str) -> bool:

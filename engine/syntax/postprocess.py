@@ -24,6 +24,10 @@ from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
 _REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
 _IDENT = re.compile(r"\w")
+MAX_PLAIN_LINES = 8
+"""Plain text's cap when the plan has none (planning gives 8)."""
+MAX_PLAIN_BODY_LINES = 32
+"""Plain text after an opener that ends the line: a body, capped as a grammar's block hole is."""
 
 
 class FinishedText(msgspec.Struct, frozen=True):
@@ -76,7 +80,7 @@ def finish_text(raw: str, context: InfillContext, plan: HolePlan) -> FinishedTex
     elif plan.kind in ("block", "statement"):
         text = _finish_lines(text, plan, line_before, suffix, context.language)
     else:
-        text = _finish_plain(text, plan, suffix)
+        text, replace_chars = _finish_plain(text, plan, prefix, suffix, rest_of_line)
     if not text.strip():
         return EMPTY
     return FinishedText(text, replace_chars)
@@ -206,14 +210,41 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
     return body
 
 
-def _finish_plain(text: str, plan: HolePlan, suffix: str) -> str:
-    lines = text.split("\n")[: plan.max_lines or None]
-    next_line = _first_code_line(suffix)
-    for i, line in enumerate(lines):
-        if i > 0 and next_line and line.strip() == next_line:
-            lines = lines[:i]
-            break
-    return "\n".join(lines).rstrip()
+def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_line: str) -> tuple[str, int]:
+    """No grammar: the stops of the kind the cursor's line suggests, from brackets and indentation
+    alone. Text after the cursor: an expression up to the first closer the text does not open
+    (else one line); code before it: the line, growing while brackets stay open, or a body after an
+    opener that ends the line; a blank line: lines at the cursor's indentation or deeper, ending
+    where they dedent, close a bracket opened before the hole, or run into the suffix's next line.
+    Within the plan's line cap, except a body (after an opener: MAX_PLAIN_BODY_LINES)."""
+    cap = plan.max_lines or MAX_PLAIN_LINES
+
+    def as_kind(kind: str, indent: str, closer: str | None = None, max_lines: int = cap) -> HolePlan:
+        return HolePlan(kind=kind, region=plan.region, stop=plan.stop, indent=indent, max_lines=max_lines,
+                        closer=closer)
+
+    line_before = prefix[prefix.rfind("\n") + 1:]
+    indent = _leading(line_before)
+    if rest_of_line.strip():
+        closer_at = first_unmatched_closer(rest_of_line)
+        closer = None if closer_at is None else rest_of_line[closer_at]
+        return _finish_expression(text, as_kind("expression", indent, closer, 4 if closer else 1),
+                                  line_before, rest_of_line)
+    if line_before.strip():
+        if line_before.rstrip().endswith(("{", "(", "[", ":")):
+            following = next((line for line in suffix.split("\n")[1:] if line.strip()), "")
+            if _indent_width(following) > _indent_width(line_before):
+                body_indent = _leading(following)  # the body is there: new lines on top of it
+            else:
+                body_indent = indent + ("\t" if indent.startswith("\t") else "    ")
+            if text.startswith("\n") or first_unmatched_closer(text.split("\n", 1)[0]) is None:
+                return _finish_lines(text, as_kind("block", body_indent, max_lines=MAX_PLAIN_BODY_LINES),
+                                     line_before, suffix, "plaintext"), 0
+        return _finish_line(text, as_kind("line", indent), line_before, suffix), 0
+    previous = next((line for line in reversed(prefix.split("\n")[-8:-1]) if line.strip()), "")
+    opened = previous.rstrip().endswith(("{", "(", "[", ":"))
+    body = as_kind("statement", line_before, max_lines=MAX_PLAIN_BODY_LINES if opened else cap)
+    return _finish_lines(text, body, line_before, suffix, "plaintext"), 0
 
 
 # --- repetition ---------------------------------------------------------------------------

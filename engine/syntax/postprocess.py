@@ -27,6 +27,8 @@ _IDENT = re.compile(r"\w")
 MAX_PLAIN_LINES = 8
 """Plain text's cap when the plan has none (planning gives 8)."""
 MAX_PLAIN_BODY_LINES = 32
+PLAIN_OPENERS = ("{", "(", "[")
+"""What opens a body in plain text: brackets; not `:`, which ends prose lines (`Notes:`) as often."""
 """Plain text after an opener that ends the line: a body, capped as a grammar's block hole is."""
 
 
@@ -167,7 +169,7 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
     for index, line in enumerate(lines):
         stripped = line.strip()
         if stripped:
-            if index > 0 and _indent_width(line) < _indent_width(plan.indent):
+            if index > 0 and _indent_width(line) < _indent_width(plan.indent) and not _is_directive(line):
                 break
             keywords_before = keyword_depth
             if language == "lua":
@@ -231,7 +233,7 @@ def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_l
         return _finish_expression(text, as_kind("expression", indent, closer, 4 if closer else 1),
                                   line_before, rest_of_line)
     if line_before.strip():
-        if line_before.rstrip().endswith(("{", "(", "[", ":")):
+        if line_before.rstrip().endswith(PLAIN_OPENERS):
             following = next((line for line in suffix.split("\n")[1:] if line.strip()), "")
             if _indent_width(following) > _indent_width(line_before):
                 body_indent = _leading(following)  # the body is there: new lines on top of it
@@ -242,7 +244,7 @@ def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_l
                                      line_before, suffix, "plaintext"), 0
         return _finish_line(text, as_kind("line", indent), line_before, suffix), 0
     previous = next((line for line in reversed(prefix.split("\n")[-8:-1]) if line.strip()), "")
-    opened = previous.rstrip().endswith(("{", "(", "[", ":"))
+    opened = previous.rstrip().endswith(PLAIN_OPENERS)
     body = as_kind("statement", line_before, max_lines=MAX_PLAIN_BODY_LINES if opened else cap)
     return _finish_lines(text, body, line_before, suffix, "plaintext"), 0
 
@@ -453,19 +455,32 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
         # A flush line after a blank one starts a new top-level chunk: document coordinates too.
         if (second > target if opens else second > 0) or _flush_after_blank(lines):
             base = target
-    unit = "\t" if indent.startswith("\t") else " "
+    # Tabs where the cursor's block has them, or (at the top level) where the text has them.
+    tabbed = indent.startswith("\t") or (not indent and any(line.startswith("\t") for line in lines[1:]))
+    unit = "\t" if tabbed else " "
     out = []
     for index, line in enumerate(lines):
         if not line.strip():
             out.append("")
             continue
         width = first_width if index == 0 else _indent_width(line)
+        if _is_directive(line):
+            out.append(line.lstrip(" \t"))  # `#if` / `#endif` inside a body: at column 0 as written
+            continue
         if index > 0 and width < base:
             break
         extra = max(0, width - base) if index > 0 else 0
         relative = "\t" * (extra // 4) if unit == "\t" else " " * extra
         out.append(indent + relative + line.lstrip(" \t"))
     return out
+
+
+_DIRECTIVE = re.compile(r"#\s*(if|ifdef|ifndef|elif|else|endif|define|undef|pragma|include|error|warning)\b")
+
+
+def _is_directive(line: str) -> bool:
+    """A C preprocessor line, which sits at column 0 inside any body."""
+    return line.startswith("#") and _DIRECTIVE.match(line) is not None
 
 
 def _is_comment(line: str) -> bool:

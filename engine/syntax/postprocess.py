@@ -100,10 +100,14 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
         text = text.split("\n", 1)[0].rstrip("\n")
         rest = rest_of_line.strip()
         body = text.rstrip()
-        for k in range(len(rest), 2, -1):
-            # The model rewrote (the start of) what follows the cursor: keep only the gap.
+        for k in range(len(rest), 0, -1):
+            # The model rewrote (the start of) what follows the cursor: keep only the gap. Under
+            # three characters only punctuation that cannot end the gap itself (`;`, `,`).
             at = len(body) - k
-            if body.endswith(rest[:k]) and (at == 0 or not _IDENT.match(body[at - 1]) or not _IDENT.match(rest[0])):
+            if k < 3 and not all(c in ";," for c in rest[:k]):
+                continue
+            if at > 0 and body.endswith(rest[:k]) and (
+                    not _IDENT.match(body[at - 1]) or not _IDENT.match(rest[0])):
                 text = body[:at]
                 break
         if rest_of_line[:1] in (" ", "\t"):
@@ -446,7 +450,7 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
     """
     target = _indent_width(indent)
     first_width = _indent_width(lines[0])
-    second = next((_indent_width(line) for line in lines[1:] if line.strip()), None)
+    second = next((_indent_width(line) for line in lines[1:] if line.strip() and not _is_directive(line)), None)
     opens = lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
     base = first_width
     if first_at_cursor and first_width == 0 and target > 0 and second is not None:

@@ -2,7 +2,8 @@
 
 Subcommands: latency (editor latency through a real LSP client), gpu (the
 full-size architecture on a GPU; `--scale tiny` anywhere), humaneval (pass@1
-on HumanEval-Infilling), syntax (per-keystroke syntax work, bench/syntax_bench.py)
+on HumanEval-Infilling), syntax (per-keystroke syntax work, bench/syntax_bench.py),
+oracle (the true middle through the infill pipeline on real code, bench/oracle.py)
 and all (the CPU parts, one table). Only argument parsing and dispatch live
 here; every benchmark module is imported when chosen, so the CLI starts
 without torch. Tables and JSON go to stdout, progress to stderr.
@@ -30,6 +31,7 @@ BENCHMARKS = {
     "moe": ("dgemma_lsp.bench.moe", "one quantized MoE layer: fused Triton kernels vs the per-expert loop (ops, error, ms)"),
     "load": ("dgemma_lsp.bench.load", "one model load: peak host memory, resident bytes, time (first vs cached start)"),
     "rewrite": ("dgemma_lsp.bench.rewrite", "share of a selection kept by \"Rewrite selection\", per strength"),
+    "oracle": ("dgemma_lsp.bench.oracle", "the true middle through the infill pipeline, holes cut from real code (no model)"),
 }
 
 

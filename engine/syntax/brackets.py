@@ -1,8 +1,8 @@
 """Brackets in plain text, outside strings and line comments: a rough lexer shared by planning and post-processing.
 
 Used where no tree is at hand (a model's raw output) or where a tree would be
-overkill (the rest of the cursor's line). Knows no grammar: `#`, `//` and `--`
-start a comment in every language, which is right for the nine we serve often
+overkill (the rest of the cursor's line). Knows no grammar: `#` (first on its line or before a
+space), `//` and `--` start a comment in every language, which is right for the nine we serve often
 enough for what these helpers decide (where an expression hole ends).
 """
 
@@ -28,9 +28,9 @@ def code_chars(text: str) -> Iterator[tuple[int, str]]:
                 continue
             if c == quote or (c == "\n" and quote != "`"):
                 quote = None
-        elif c in QUOTES:
+        elif c in QUOTES and not (c == "'" and _lifetime(text, i)):
             quote = c
-        elif c == "#" or (c in "/-" and text[i:i + 2] in ("//", "--")):
+        elif (c == "#" and _hash_comment(text, i)) or (c in "/-" and text[i:i + 2] in ("//", "--")):
             nl = text.find("\n", i)
             if nl < 0:
                 return
@@ -39,6 +39,28 @@ def code_chars(text: str) -> Iterator[tuple[int, str]]:
         else:
             yield i, c
         i += 1
+
+
+def _lifetime(text: str, i: int) -> bool:
+    """Whether the `'` at `i` starts a Rust lifetime (`&'a str`, `<'a>`, `'static`), not a quote."""
+    j = i + 1
+    while j < len(text) and (text[j].isalnum() or text[j] == "_"):
+        j += 1
+    if j == i + 1 or text[j:j + 1] == "'":
+        return False
+    return text[i - 1:i] in ("<", "&") or text[i + 1:j] == "static"
+
+
+def _hash_comment(text: str, i: int) -> bool:
+    """Whether the `#` at `i` starts a comment: first on its line, or followed by a space or the
+    line's end. Not `#token` (Lua's length), `this.#field` (JS), `#[attr]` (Rust)."""
+    after = text[i + 1:i + 3]
+    if after[:1] == "[" or after == "![":
+        return False  # a Rust attribute
+    if after[:1] in ("", " ", "\t", "\n", "\r", "!"):
+        return True
+    line_start = text.rfind("\n", 0, i) + 1
+    return not text[line_start:i].strip()
 
 
 def first_unmatched_closer(text: str) -> int | None:

@@ -117,7 +117,7 @@ def _plan_blank_line(doc, offset, line_start, line_end, before, lines) -> HolePl
     region_end = lines.blank_run_end(row)
     region = Region(offset, max(offset, region_end))
     if prev_row is not None and _opens_block(doc, lines, prev_row, brackets=True):
-        header_indent = lines.indent_of(prev_row)
+        header_indent = lines.indent_of(_header_row(doc, lines, prev_row))
         if before and len(before) > len(header_indent):
             body_indent = before
         else:
@@ -300,6 +300,21 @@ def _opens_block(doc: SyntaxDocument, lines: _Lines, row: int, *, brackets: bool
     if uses_braces(doc.language) and kind == "{":
         return brackets or parent is None or parent.type not in _BRACE_BLOCK_PARENTS_NOT
     return False
+
+
+def _header_row(doc: SyntaxDocument, lines: _Lines, row: int) -> int:
+    """The row where the statement whose opener ends `row` starts: the header's first line when
+    it spans several (`for (...;\n     ...) {`), whose indentation the body's is relative to."""
+    leaf = _last_code_leaf(doc, lines.start_of(row))
+    node = None if leaf is None else leaf.parent
+    if node is not None and node.type in BLOCK_TYPES.get(doc.language, ()) and node.parent is not None:
+        node = node.parent  # `{` belongs to the block; the block to the statement
+    if node is None or node.parent is None:
+        return row
+    start_row = node.start_point.row
+    if not 0 <= row - start_row <= 20:
+        return row
+    return start_row
 
 
 def _brace_is_block(doc: SyntaxDocument, at: int) -> bool:

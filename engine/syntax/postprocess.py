@@ -24,6 +24,12 @@ from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
 _REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
 _IDENT = re.compile(r"\w")
+MAX_PLAIN_LINES = 8
+"""Plain text's cap when the plan has none (planning gives 8)."""
+MAX_PLAIN_BODY_LINES = 32
+PLAIN_OPENERS = ("{", "(", "[")
+"""What opens a body in plain text: brackets; not `:`, which ends prose lines (`Notes:`) as often."""
+"""Plain text after an opener that ends the line: a body, capped as a grammar's block hole is."""
 
 
 class FinishedText(msgspec.Struct, frozen=True):
@@ -76,7 +82,7 @@ def finish_text(raw: str, context: InfillContext, plan: HolePlan) -> FinishedTex
     elif plan.kind in ("block", "statement"):
         text = _finish_lines(text, plan, line_before, suffix, context.language)
     else:
-        text = _finish_plain(text, plan, suffix)
+        text, replace_chars = _finish_plain(text, plan, prefix, suffix, rest_of_line)
     if not text.strip():
         return EMPTY
     return FinishedText(text, replace_chars)
@@ -94,10 +100,14 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
         text = text.split("\n", 1)[0].rstrip("\n")
         rest = rest_of_line.strip()
         body = text.rstrip()
-        for k in range(len(rest), 2, -1):
-            # The model rewrote (the start of) what follows the cursor: keep only the gap.
+        for k in range(len(rest), 0, -1):
+            # The model rewrote (the start of) what follows the cursor: keep only the gap. Under
+            # three characters only punctuation that cannot end the gap itself (`;`, `,`).
             at = len(body) - k
-            if body.endswith(rest[:k]) and (at == 0 or not _IDENT.match(body[at - 1]) or not _IDENT.match(rest[0])):
+            if k < 3 and not all(c in ";," for c in rest[:k]):
+                continue
+            if at > 0 and body.endswith(rest[:k]) and (
+                    not _IDENT.match(body[at - 1]) or not _IDENT.match(rest[0])):
                 text = body[:at]
                 break
         if rest_of_line[:1] in (" ", "\t"):
@@ -116,8 +126,9 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
     head, after = text[:stop], text[stop:]
     auto_closed = rest_of_line.rstrip()
     continuation = after.split("\n", 1)[0]
+    went_on = continuation[len(auto_closed):]
     if (auto_closed and all(c in ")]}\"'`;" for c in auto_closed) and continuation.startswith(auto_closed)
-            and continuation[len(auto_closed):].strip()):
+            and went_on.strip() and first_unmatched_closer(went_on) is None):
         # `foo(|)` -> `x).strip()`: the model closed the call and went on; replace the `)`.
         return head + continuation.rstrip(), len(auto_closed)
     return head, 0
@@ -131,37 +142,48 @@ def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str) -> st
     depth = _open_depth(line_before)
     lines = text.split("\n")
     kept: list[str] = []
+    body_follows = _deeper_line_follows(suffix, line_before)
     for line in lines[: plan.max_lines or 1]:
         kept.append(line)
         depth += _depth_change(line)
-        if depth <= 0:
+        if depth <= 0 or body_follows:
+            # A bracket left open grows the line, unless what it opens is already in the suffix
+            # (its next line is indented deeper than the cursor's): then the model ran on into it.
             break
     out = "\n".join(kept).rstrip()
-    return _drop_closer_suffix_has(out, suffix)
+    return _drop_closer_suffix_has(out, suffix, line_before)
 
 
 def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, language: str) -> str:
     """block and statement holes: whole lines at the plan's indentation."""
+    if line_before.strip() and not plan.closer and not text.startswith("\n"):
+        first = text.split("\n", 1)[0]
+        if first.strip() and first_unmatched_closer(first) is not None:
+            # `{ delete p; }` on the header's own line: a one-line body, kept as written.
+            return first.rstrip()
     lines = text.split("\n")
     while lines and not lines[0].strip():
         lines.pop(0)
     if not lines:
         return ""
     lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before))
-    next_statement = _first_code_line(suffix)
     kept: list[str] = []
     depth = 0
     keyword_depth = 0
     for index, line in enumerate(lines):
         stripped = line.strip()
         if stripped:
-            if index > 0 and _indent_width(line) < _indent_width(plan.indent):
+            if index > 0 and _indent_width(line) < _indent_width(plan.indent) and not _is_directive(line):
                 break
+            keywords_before = keyword_depth
             if language == "lua":
                 keyword_depth, closes_outer = _lua_depth_walk(line, keyword_depth)
                 if closes_outer:
                     break
-            if plan.kind == "statement" and next_statement and stripped == next_statement and kept:
+            if plan.kind == "statement" and kept and depth == keywords_before == 0 \
+                    and _is_suffix_start(lines, index, suffix):
+                while kept and (not kept[-1].strip() or _is_comment(kept[-1])):
+                    kept.pop()  # the comment above the suffix's statement is the suffix's too
                 break
             line_depth, dipped = _depth_walk(line, depth)
             if dipped:
@@ -194,14 +216,41 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
     return body
 
 
-def _finish_plain(text: str, plan: HolePlan, suffix: str) -> str:
-    lines = text.split("\n")[: plan.max_lines or None]
-    next_line = _first_code_line(suffix)
-    for i, line in enumerate(lines):
-        if i > 0 and next_line and line.strip() == next_line:
-            lines = lines[:i]
-            break
-    return "\n".join(lines).rstrip()
+def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_line: str) -> tuple[str, int]:
+    """No grammar: the stops of the kind the cursor's line suggests, from brackets and indentation
+    alone. Text after the cursor: an expression up to the first closer the text does not open
+    (else one line); code before it: the line, growing while brackets stay open, or a body after an
+    opener that ends the line; a blank line: lines at the cursor's indentation or deeper, ending
+    where they dedent, close a bracket opened before the hole, or run into the suffix's next line.
+    Within the plan's line cap, except a body (after an opener: MAX_PLAIN_BODY_LINES)."""
+    cap = plan.max_lines or MAX_PLAIN_LINES
+
+    def as_kind(kind: str, indent: str, closer: str | None = None, max_lines: int = cap) -> HolePlan:
+        return HolePlan(kind=kind, region=plan.region, stop=plan.stop, indent=indent, max_lines=max_lines,
+                        closer=closer)
+
+    line_before = prefix[prefix.rfind("\n") + 1:]
+    indent = _leading(line_before)
+    if rest_of_line.strip():
+        closer_at = first_unmatched_closer(rest_of_line)
+        closer = None if closer_at is None else rest_of_line[closer_at]
+        return _finish_expression(text, as_kind("expression", indent, closer, 4 if closer else 1),
+                                  line_before, rest_of_line)
+    if line_before.strip():
+        if line_before.rstrip().endswith(PLAIN_OPENERS):
+            following = next((line for line in suffix.split("\n")[1:] if line.strip()), "")
+            if _indent_width(following) > _indent_width(line_before):
+                body_indent = _leading(following)  # the body is there: new lines on top of it
+            else:
+                body_indent = indent + ("\t" if indent.startswith("\t") else "    ")
+            if text.startswith("\n") or first_unmatched_closer(text.split("\n", 1)[0]) is None:
+                return _finish_lines(text, as_kind("block", body_indent, max_lines=MAX_PLAIN_BODY_LINES),
+                                     line_before, suffix, "plaintext"), 0
+        return _finish_line(text, as_kind("line", indent), line_before, suffix), 0
+    previous = next((line for line in reversed(prefix.split("\n")[-8:-1]) if line.strip()), "")
+    opened = previous.rstrip().endswith(PLAIN_OPENERS)
+    body = as_kind("statement", line_before, max_lines=MAX_PLAIN_BODY_LINES if opened else cap)
+    return _finish_lines(text, body, line_before, suffix, "plaintext"), 0
 
 
 # --- repetition ---------------------------------------------------------------------------
@@ -220,11 +269,15 @@ def _strip_repeated_prefix(text: str, prefix: str, line_before: str) -> str:
             if not joins_word and len(stripped_before) >= 2:
                 return after.lstrip(" \t") if line_before.endswith((" ", "\t")) else after
     # Last few code lines of the prefix repeated at the start (models restate context).
-    previous = [line.strip() for line in prefix.split("\n")[-6:-1] if line.strip()]
+    raw_previous = [line.rstrip() for line in prefix.split("\n")[-6:-1] if line.strip()]
+    previous = [line.strip() for line in raw_previous]
     text_lines = text.split("\n")
     for count in range(len(previous), 0, -1):
         tail = previous[-count:]
-        if sum(len(line) for line in tail) < 6 or len(text_lines) <= count:
+        if len(text_lines) <= count:
+            continue
+        # A short line (`}`, `*/`) is repeated only when copied with its indentation.
+        if sum(len(line) for line in tail) < 6 and not (count == 1 and text_lines[0].rstrip() == raw_previous[-1]):
             continue
         head = [line.strip() for line in text_lines[:count]]
         if head == tail:
@@ -242,14 +295,18 @@ def _cut_degenerate(text: str) -> str:
     if compact and whole is not None:
         return ""
     lines = text.split("\n")
-    for i in range(len(lines) - 2):
+    for i in range(len(lines) - 4):
+        # Five equal lines in a row: three (`any,` in a type's arguments) are code often enough.
         line = lines[i].strip()
-        if len(line) >= 3 and line == lines[i + 1].strip() == lines[i + 2].strip():
+        if len(line) >= 3 and all(lines[i + k].strip() == line for k in range(1, 5)):
             text = "\n".join(lines[: i + 1])
             break
-    run = _REPEATED_RUN.search(text)
-    if run is not None:
-        text = text[: run.start() + len(run.group(1))]
+    pos = 0
+    while (run := _REPEATED_RUN.search(text, pos)) is not None:
+        if run.group(1).strip():
+            return text[: run.start() + len(run.group(1))]
+        # Whitespace repeated is indentation (16 spaces are "  " eight times), not a loop.
+        pos = run.end()
     return text
 
 
@@ -345,10 +402,18 @@ def _cap_balanced(lines: list[str], max_lines: int) -> str:
     return "\n".join(kept)
 
 
-def _drop_closer_suffix_has(text: str, suffix: str) -> str:
-    """Cut the text before a closer it does not open when the suffix starts with that closer."""
+def _drop_closer_suffix_has(text: str, suffix: str, line_before: str) -> str:
+    """Cut the text before a closer it does not open when the suffix starts with that closer:
+    on the cursor's line, or on the next line at the cursor line's indentation (where a
+    formatter puts the closer of a bracket the cursor's line opened; a closer indented
+    less closes an outer block, which the text's closer does not)."""
     depth = 0
-    upcoming = suffix.lstrip()[:1]
+    rest, _, later = suffix.partition("\n")
+    upcoming = rest.strip()[:1]
+    if not upcoming:
+        next_line = next((line for line in later.split("\n") if line.strip()), "")
+        if _leading(next_line) == _leading(line_before):
+            upcoming = next_line.strip()[:1]
     for i, c in code_chars(text):
         if c in OPENERS:
             depth += 1
@@ -357,6 +422,10 @@ def _drop_closer_suffix_has(text: str, suffix: str) -> str:
             if depth < 0:
                 return text[:i].rstrip() if c == upcoming else text
     return text
+
+
+def _leading(line: str) -> str:
+    return line[: len(line) - len(line.lstrip(" \t"))]
 
 
 def _indent_width(line: str) -> int:
@@ -381,27 +450,85 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
     """
     target = _indent_width(indent)
     first_width = _indent_width(lines[0])
-    second = next((_indent_width(line) for line in lines[1:] if line.strip()), None)
+    second = next((_indent_width(line) for line in lines[1:] if line.strip() and not _is_directive(line)), None)
     opens = lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
     base = first_width
     if first_at_cursor and first_width == 0 and target > 0 and second is not None:
         # Indented later lines after a flush first line: document coordinates (a later line
         # left of the cursor is then a dedent). After an opener, only deeper than the cursor.
-        if second > target if opens else second > 0:
+        # A flush line after a blank one starts a new top-level chunk: document coordinates too.
+        if (second > target if opens else second > 0) or _flush_after_blank(lines):
             base = target
-    unit = "\t" if indent.startswith("\t") else " "
+    # Tabs where the cursor's block has them, or (at the top level) where the text has them.
+    tabbed = indent.startswith("\t") or (not indent and any(line.startswith("\t") for line in lines[1:]))
+    unit = "\t" if tabbed else " "
     out = []
     for index, line in enumerate(lines):
         if not line.strip():
             out.append("")
             continue
         width = first_width if index == 0 else _indent_width(line)
+        if _is_directive(line):
+            out.append(line.lstrip(" \t"))  # `#if` / `#endif` inside a body: at column 0 as written
+            continue
         if index > 0 and width < base:
             break
         extra = max(0, width - base) if index > 0 else 0
         relative = "\t" * (extra // 4) if unit == "\t" else " " * extra
         out.append(indent + relative + line.lstrip(" \t"))
     return out
+
+
+_DIRECTIVE = re.compile(r"#\s*(if|ifdef|ifndef|elif|else|endif|define|undef|pragma|include|error|warning)\b")
+
+
+def _is_directive(line: str) -> bool:
+    """A C preprocessor line, which sits at column 0 inside any body."""
+    return line.startswith("#") and _DIRECTIVE.match(line) is not None
+
+
+def _is_comment(line: str) -> bool:
+    """A line of comment only (`*` lines of a block comment included), in any of our languages."""
+    stripped = line.lstrip()
+    if stripped.startswith("#"):  # not `#[attr]` (Rust) nor `#include` (C)
+        return not (stripped[1:2].isalnum() or stripped[1:2] == "[")
+    if stripped.startswith("*"):  # a block comment's `* text` or `*/`, not `*p = x;`
+        return stripped[1:2] in ("", " ", "/", "\t")
+    return stripped.startswith(("//", "/*", "--"))
+
+
+def _deeper_line_follows(suffix: str, line_before: str) -> bool:
+    """Whether the suffix's next non-blank line is indented deeper than the cursor's line."""
+    for line in suffix.split("\n")[1:]:
+        if line.strip():
+            return _indent_width(line) > _indent_width(line_before)
+    return False
+
+
+def _is_suffix_start(lines: list[str], index: int, suffix: str) -> bool:
+    """Whether the text from `lines[index]` on starts as the suffix's next statement does: the
+    model ran on into the code after the hole. Two lines must match when the text has two, and
+    a lone line must say something (a `}` or `/**` line is in every file, not the suffix's)."""
+    rest = [line.strip() for line in lines[index:] if line.strip()]
+    following = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][:len(rest)]
+    if len(following) == len(rest) and rest[:-1] == following[:-1] and following[-1].startswith(rest[-1]) \
+            and any(_IDENT.search(line) for line in rest):
+        return True  # all that is left of the text is the suffix's start (comments too)
+    if _is_comment(lines[index]):
+        return False
+    ahead = [line.strip() for line in suffix.split("\n")[1:] if line.strip() and not _is_comment(line)][:2]
+    mine = [line.strip() for line in lines[index:] if line.strip() and not _is_comment(line)][:2]
+    if not ahead or not mine or mine[0] != ahead[0]:
+        return False
+    if len(mine) == 2 and len(ahead) == 2:
+        return mine[1] == ahead[1]
+    return len(mine[0]) >= 4 and _IDENT.search(mine[0]) is not None
+
+
+def _flush_after_blank(lines: list[str]) -> bool:
+    """Whether a later line at column 0 follows a blank line."""
+    return any(not lines[i - 1].strip() and lines[i].strip() and _indent_width(lines[i]) == 0
+               for i in range(2, len(lines)))
 
 
 def _first_code_line(suffix: str) -> str:

@@ -1,0 +1,54 @@
+"""The infill oracle on the committed sample of real code (tests/data/oracle): the true middle, and
+the true middle with run-on, foreign code, fences or a repeated line, must rebuild every file
+through the real pipeline, at the issue's targets in every language the sample holds."""
+
+import json
+from pathlib import Path
+
+from dgemma_lsp.bench.oracle import TARGETS, Hole, answers, rebuilds, run_oracle, summary
+
+SAMPLE = Path(__file__).parents[1] / "data" / "oracle"
+SAMPLED = ("c", "cpp", "go", "java", "javascript", "lua", "python", "rust", "tsx", "typescript")
+
+
+def test_the_committed_sample_meets_the_targets_in_every_language():
+    result = summary(run_oracle(SAMPLE, files_per_language=10, per_kind=2))
+    assert set(SAMPLED) <= set(result["languages"])
+    for language, data in result["languages"].items():
+        assert set(data["variants"]) == set(TARGETS), language
+        assert set(data["kinds"]) >= {"line", "expression", "expression-open", "statement", "block"}, language
+        for variant, figure in data["variants"].items():
+            assert figure["total"] >= 8, (language, variant)
+            assert figure["rate"] >= TARGETS[variant], (language, variant, figure)
+
+
+def test_every_sample_says_where_it_came_from_and_has_its_licence_beside_it():
+    manifests = sorted(SAMPLE.glob("*/source.json"))
+    assert len(manifests) >= 10
+    for path in manifests:
+        manifest = json.loads(path.read_text())
+        assert manifest["origin"] and manifest["licence"] and "GPL" not in manifest["licence"]
+        assert any(p.name.upper().startswith(("LICENSE", "COPYRIGHT")) or p.name.endswith("copyright")
+                   for p in path.parent.iterdir()), path.parent
+
+
+def test_a_wrong_or_misindented_answer_does_not_rebuild():
+    original = "def f():\n    x = 1\n    return x\n"
+    hole = Hole("statement", original.index("x = 1"), original.index("x = 1") + 5)
+    assert rebuilds(original, hole, "x = 1", 0, exact=True)
+    assert not rebuilds(original, hole, "x = 2", 0, exact=True)
+    assert not rebuilds(original, hole, "x = 1\n  y", 0, exact=True)
+    assert rebuilds(original, hole, "x  =  1", 0, exact=False)
+    assert not rebuilds(original, hole, "x  =  1", 0, exact=True)
+
+
+def test_the_answers_of_a_nested_hole():
+    original = "int f(int a) {\n    return g(a, 1);\n}\n"
+    start = original.index("a, 1")
+    hole = Hole("expression", start, original.index(");"))
+    got = answers("c", hole, original, "int h(void) {\n    return 0;\n}")
+    assert got["truth"] == "a, 1"
+    assert got["run-on"].startswith("a, 1);\n}")
+    assert got["foreign"] == "a, 1)}\n\nint h(void) {\n    return 0;\n}"
+    assert got["fenced"] == "```c\na, 1\n```\n"
+    assert got["repeated"] == "    return g(a, 1"

@@ -19,6 +19,7 @@ import re
 import msgspec
 
 from ..api import HolePlan, InfillContext
+from .block_words import block_end_walker
 from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
@@ -147,7 +148,9 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
         lines.pop(0)
     if not lines:
         return ""
-    lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before))
+    walk_words = _lua_depth_walk if language == "lua" else block_end_walker(language)
+    opens = walk_words is not None and walk_words(lines[0], 0)[0] > 0  # `if x` / `<div>` opens a block too
+    lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before), opens=opens)
     next_statement = _first_code_line(suffix)
     kept: list[str] = []
     depth = 0
@@ -157,8 +160,8 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
         if stripped:
             if index > 0 and _indent_width(line) < _indent_width(plan.indent):
                 break
-            if language == "lua":
-                keyword_depth, closes_outer = _lua_depth_walk(line, keyword_depth)
+            if walk_words is not None:
+                keyword_depth, closes_outer = walk_words(line, keyword_depth)
                 if closes_outer:
                     break
             if plan.kind == "statement" and next_statement and stripped == next_statement and kept:
@@ -371,7 +374,7 @@ def _indent_width(line: str) -> int:
     return width
 
 
-def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str]:
+def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool = False) -> list[str]:
     """Re-indent lines so their base indentation is `indent`, keeping relative indentation,
     and drop everything from the first line that dedents below the base (the block ended).
 
@@ -382,7 +385,7 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
     target = _indent_width(indent)
     first_width = _indent_width(lines[0])
     second = next((_indent_width(line) for line in lines[1:] if line.strip()), None)
-    opens = lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
+    opens = opens or lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
     base = first_width
     if first_at_cursor and first_width == 0 and target > 0 and second is not None:
         # Indented later lines after a flush first line: document coordinates (a later line

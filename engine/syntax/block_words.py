@@ -84,13 +84,19 @@ def bash_depth_walk(line: str, depth: int) -> tuple[int, bool]:
     return depth, False
 
 
-_HTML_TAG = re.compile(r"<(/?)([A-Za-z][\w:.-]*)\b[^<>]*?(/?)>|<!--.*?-->")
+_HTML_TAG = re.compile(r"<(/?)([A-Za-z][\w:.-]*)\b[^<>]*?(/?)(?:>|$)|<!--.*?-->")
+"""A tag, or the start of one that goes on over the next lines (its `>` not on this line)."""
+_HTML_TAG_END = re.compile(r"^[^<]*?(/?)>")
+"""The end of a tag begun on an earlier line: `/>` undoes the depth its start added."""
 _HTML_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
                         "track", "wbr"})
 
 
 def html_depth_walk(line: str, depth: int) -> tuple[int, bool]:
     # Not `code_chars`: an apostrophe in text (`don't`) is no string delimiter in HTML.
+    end = _HTML_TAG_END.match(line)
+    if end is not None and end.group(1) and depth > 0:
+        depth -= 1  # `/>` of a multi-line self-closing tag (`<path\n  d="..."\n/>`)
     for match in _HTML_TAG.finditer(line):
         closing, name, self_closing = match.group(1), match.group(2), match.group(3)
         if name is None or self_closing or name.lower() in _HTML_VOID:
@@ -110,3 +116,29 @@ _WALKERS: dict[str, BlockWalker] = {"ruby": ruby_depth_walk, "bash": bash_depth_
 def block_end_walker(language: str) -> BlockWalker | None:
     """The walker of a language that closes blocks with words or tags; None where brackets do."""
     return _WALKERS.get(language)
+
+
+def answer_opens(language: str, lines: list[str]) -> bool | None:
+    """Whether the answer's first line opens a block, where its last character does not say so
+    (`if x`, `<div>`), or None to let the line's end decide (`:`, `{`). False for YAML's compact
+    sequence: `key:` followed by `- item` at the same indentation opens nothing deeper."""
+    if language == "yaml":
+        following = next((line for line in lines[1:] if line.strip()), "")
+        if lines[0].rstrip().endswith(":") and following.lstrip().startswith("- "):
+            return False
+        return None
+    walk = block_end_walker(language)
+    return True if walk is not None and walk(lines[0], 0)[0] > 0 else None
+
+
+_BASH_CASE_PATTERN = re.compile(r"^\s*\(?[^()\s;][^();]*\)")
+"""`--host|-H)` / `*)`: a case item's pattern; its `)` closes no bracket."""
+
+
+def bracket_view(language: str, line: str) -> str:
+    """The line as the bracket counter should read it: Bash's case-pattern `)` blanked (same length)."""
+    if language == "bash":
+        match = _BASH_CASE_PATTERN.match(line)
+        if match is not None and "(" not in match.group(0).lstrip()[1:]:
+            return line[: match.end() - 1] + " " + line[match.end():]
+    return line

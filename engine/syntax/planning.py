@@ -127,8 +127,8 @@ def _plan_blank_line(doc, offset, line_start, line_end, before, lines) -> HolePl
     region = Region(offset, max(offset, region_end))
     if prev_row is not None and _opens_block(doc, lines, prev_row, brackets=True):
         header_indent = lines.indent_of(prev_row)
-        if before and len(before) > len(header_indent):
-            body_indent = before
+        if before and (len(before) > len(header_indent) or (doc.language == "yaml" and before == header_indent)):
+            body_indent = before  # (YAML: `key:` then `- item` at the key's indentation is a sequence)
         else:
             body_indent = header_indent + lines.unit
         body_has_code = next_row is not None and len(lines.indent_of(next_row)) > len(header_indent)

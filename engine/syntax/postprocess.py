@@ -19,7 +19,7 @@ import re
 import msgspec
 
 from ..api import HolePlan, InfillContext
-from .block_words import block_end_walker
+from .block_words import answer_opens, block_end_walker, bracket_view
 from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
@@ -149,8 +149,8 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
     if not lines:
         return ""
     walk_words = _lua_depth_walk if language == "lua" else block_end_walker(language)
-    opens = walk_words is not None and walk_words(lines[0], 0)[0] > 0  # `if x` / `<div>` opens a block too
-    lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before), opens=opens)
+    lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before),
+                    opens=answer_opens(language, lines))
     next_statement = _first_code_line(suffix)
     kept: list[str] = []
     depth = 0
@@ -162,14 +162,14 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
                 break
             if walk_words is not None:
                 keyword_depth, closes_outer = walk_words(line, keyword_depth)
-                if closes_outer:
-                    break
+                if closes_outer and (kept or keyword_depth < 0):
+                    break  # (a first line `else`/`rescue` is the answer: the cursor is where it goes)
             if plan.kind == "statement" and next_statement and stripped == next_statement and kept:
                 break
-            line_depth, dipped = _depth_walk(line, depth)
+            line_depth, dipped = _depth_walk(bracket_view(language, line), depth)
             if dipped:
                 # The line closes a bracket opened before the hole: the suffix has that closer.
-                cut = _cut_at_unmatched(line, depth)
+                cut = _cut_at_unmatched(bracket_view(language, line), depth)
                 if cut.strip():
                     kept.append(cut.rstrip())
                 break
@@ -374,7 +374,7 @@ def _indent_width(line: str) -> int:
     return width
 
 
-def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool = False) -> list[str]:
+def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool | None = None) -> list[str]:
     """Re-indent lines so their base indentation is `indent`, keeping relative indentation,
     and drop everything from the first line that dedents below the base (the block ended).
 
@@ -385,7 +385,8 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool
     target = _indent_width(indent)
     first_width = _indent_width(lines[0])
     second = next((_indent_width(line) for line in lines[1:] if line.strip()), None)
-    opens = opens or lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
+    if opens is None:  # the language did not say (block_words.answer_opens): the line's end does
+        opens = lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
     base = first_width
     if first_at_cursor and first_width == 0 and target > 0 and second is not None:
         # Indented later lines after a flush first line: document coordinates (a later line

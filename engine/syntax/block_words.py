@@ -35,7 +35,7 @@ def _code_only(line: str) -> str:
 
 
 def ruby_depth_walk(line: str, depth: int) -> tuple[int, bool]:
-    code = _code_only(line)
+    code = _code_only(bracket_view("ruby", line))
     opened_by_loop = False
     for match in _RUBY_WORD.finditer(code):
         word = match.group(1)
@@ -67,7 +67,7 @@ _BASH_COMMAND_START = re.compile(r"(^|[;&|(]|\bthen|\bdo|\belse|\{)\s*$")
 
 
 def bash_depth_walk(line: str, depth: int) -> tuple[int, bool]:
-    code = _code_only(line)
+    code = _code_only(bracket_view("bash", line))
     for match in _BASH_WORD.finditer(code):
         word = match.group(1)
         if not _BASH_COMMAND_START.search(code[: match.start()]):
@@ -133,12 +133,22 @@ def answer_opens(language: str, lines: list[str]) -> bool | None:
 
 _BASH_CASE_PATTERN = re.compile(r"^\s*\(?[^()\s;][^();]*\)")
 """`--host|-H)` / `*)`: a case item's pattern; its `)` closes no bracket."""
+_NO_DASH_COMMENTS = frozenset({"bash", "css", "csharp", "php", "kotlin", "swift", "scala", "ruby"})
+"""Languages where `--` is an operator, a flag or a custom property, never a comment."""
+_HASH_IN_WORD = re.compile(r"(?<=\S)#")
 
 
 def bracket_view(language: str, line: str) -> str:
-    """The line as the bracket counter should read it: Bash's case-pattern `)` blanked (same length)."""
+    """The line as the shared bracket lexer (`brackets.code_chars`, which takes `#`, `//` and `--`
+    for comments in every language) should read it, same length: Bash's case-pattern `)`, `$#`/
+    `${#x}` and `--flag`, CSS's `#id`/`#fff`, `--var` and `//` in URLs, and `i--` blanked."""
+    if language in _NO_DASH_COMMENTS:
+        line = line.replace("--", "  ")
     if language == "bash":
+        line = _HASH_IN_WORD.sub(" ", line)
         match = _BASH_CASE_PATTERN.match(line)
         if match is not None and "(" not in match.group(0).lstrip()[1:]:
-            return line[: match.end() - 1] + " " + line[match.end():]
+            line = line[: match.end() - 1] + " " + line[match.end():]
+    elif language == "css":
+        line = line.replace("#", " ").replace("//", "  ")
     return line

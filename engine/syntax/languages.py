@@ -12,9 +12,11 @@ Grammars come from the single-language wheels on PyPI (`tree-sitter-python`,
 `tree-sitter-language-pack`: the pack's 1.x downloads its grammars at run time, which
 fails on a machine with no internet and puts a network fetch on a keystroke's path,
 while a wheel carries its compiled grammar and loads offline. The wheels chosen load
-under tree-sitter 0.25/0.26 (language ABI 14 or 15); PHP's wheel has two grammars and
-we take `language_php` (PHP with the HTML around `<?php`), since that is what a `.php`
-file is. Kotlin's is the tree-sitter-grammars 1.x grammar; Swift's is alex-pinkus's.
+under tree-sitter 0.25/0.26 (language ABI 14 or 15). PHP's wheel has two grammars and
+we take `language_php_only` (PHP code, `<?php` tag optional), not `language_php` (HTML
+with PHP islands): a bounded reparse parses a region of the file on its own, and to the
+HTML grammar a region without its `<?php` is text. Pure-PHP files (classes, scripts)
+parse the same; an HTML template with PHP in it parses with errors. Kotlin's is the tree-sitter-grammars 1.x grammar; Swift's is alex-pinkus's.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ def grammar_for(language: str) -> tree_sitter.Language | None:
     elif language == "php":
         import tree_sitter_php as php_grammar
 
-        return tree_sitter.Language(php_grammar.language_php())
+        return tree_sitter.Language(php_grammar.language_php_only())
     elif language in _WHEEL_MODULES:
         grammar = importlib.import_module(_WHEEL_MODULES[language])
     else:

@@ -35,7 +35,11 @@ Nil leaves every setting at the server's default."
 (defcustom dgemma-lsp-major-modes
   '(python-mode python-ts-mode js-mode js-ts-mode typescript-mode typescript-ts-mode
     go-mode go-ts-mode rust-mode rust-ts-mode c-mode c-ts-mode c++-mode c++-ts-mode
-    java-mode java-ts-mode lua-mode)
+    java-mode java-ts-mode lua-mode lua-ts-mode
+    csharp-mode csharp-ts-mode ruby-mode ruby-ts-mode php-mode kotlin-mode kotlin-ts-mode
+    swift-mode sh-mode bash-ts-mode scala-mode scala-ts-mode json-mode js-json-mode json-ts-mode
+    yaml-mode yaml-ts-mode conf-toml-mode toml-ts-mode html-mode mhtml-mode html-ts-mode
+    css-mode css-ts-mode)
   "Major modes the server is started for."
   :type '(repeat symbol))
 

@@ -476,7 +476,7 @@ def _signature(doc: SyntaxDocument, node: tree_sitter.Node) -> str:
     head = _cap_lines(_lines_from(doc, start, body_start))
     if doc.language == "python":
         return head + " ..."
-    if doc.language == "lua":
+    if doc.language in ("lua", "ruby"):
         return head + " ... end"
     if uses_braces(doc.language):
         return head + " { ... }"

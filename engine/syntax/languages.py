@@ -1,21 +1,36 @@
 """Which tree-sitter grammar serves a document, and the few facts per grammar the planner needs.
 
 Owns the normalized language ids (python, javascript, typescript, tsx, go, rust, c,
-cpp, java, lua, plaintext), the mapping from LSP language ids / file extensions to
-them, cached parsers built from the tree-sitter org's grammar wheels, and small
-per-grammar tables (which node types hold statements, which are imports or
-definitions). Knows nothing of documents, cursors, tokens or LSP.
+cpp, java, lua, csharp, ruby, php, kotlin, swift, bash, scala, json, yaml, toml, html,
+css, plaintext), the mapping from LSP language ids / file extensions to them, cached
+parsers built from the published grammar wheels, and small per-grammar tables (which
+node types hold statements, which are imports or definitions). Knows nothing of
+documents, cursors, tokens or LSP.
+
+Grammars come from the single-language wheels on PyPI (`tree-sitter-python`,
+`tree-sitter-c-sharp`, ...), one dependency per language, not from
+`tree-sitter-language-pack`: the pack's 1.x downloads its grammars at run time, which
+fails on a machine with no internet and puts a network fetch on a keystroke's path,
+while a wheel carries its compiled grammar and loads offline. The wheels chosen load
+under tree-sitter 0.25/0.26 (language ABI 14 or 15). PHP's wheel has two grammars and
+we take `language_php_only` (PHP code, `<?php` tag optional), not `language_php` (HTML
+with PHP islands): a bounded reparse parses a region of the file on its own, and to the
+HTML grammar a region without its `<?php` is text. Pure-PHP files (classes, scripts)
+parse the same; an HTML template with PHP in it parses with errors. Kotlin's is the tree-sitter-grammars 1.x grammar; Swift's is alex-pinkus's.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import threading
 
 import tree_sitter
 
-LANGUAGES = ("python", "javascript", "typescript", "tsx", "go", "rust", "c", "cpp", "java", "lua")
+LANGUAGES = ("python", "javascript", "typescript", "tsx", "go", "rust", "c", "cpp", "java", "lua",
+             "csharp", "ruby", "php", "kotlin", "swift", "bash", "scala",
+             "json", "yaml", "toml", "html", "css")
 """Languages with a grammar. Anything else is `plaintext`."""
 
 PLAINTEXT = "plaintext"
@@ -33,6 +48,20 @@ _ALIASES = {
     "cpp": "cpp", "c++": "cpp", "cxx": "cpp", "cuda-cpp": "cpp", "cuda": "cpp",
     "java": "java",
     "lua": "lua",
+    "csharp": "csharp", "c#": "csharp", "cs": "csharp",
+    "ruby": "ruby", "rb": "ruby",
+    "php": "php",
+    "kotlin": "kotlin", "kt": "kotlin", "kts": "kotlin",
+    "swift": "swift",
+    "shellscript": "bash", "bash": "bash", "sh": "bash", "shell": "bash", "zsh": "bash",
+    "scala": "scala", "sbt": "scala",
+    # jsonc: the JSON grammar takes comments; json5/jsonl are not JSON enough to parse as it.
+    "json": "json", "jsonc": "json",
+    "yaml": "yaml", "yml": "yaml",
+    "toml": "toml",
+    "html": "html", "htm": "html", "xhtml": "html",
+    # scss/less stay plaintext: their nesting and variables are errors to the CSS grammar.
+    "css": "css",
 }
 
 _EXTENSIONS = {
@@ -47,6 +76,18 @@ _EXTENSIONS = {
     ".hxx": "cpp", ".h++": "cpp", ".ipp": "cpp", ".inl": "cpp", ".cu": "cpp", ".cuh": "cpp",
     ".java": "java",
     ".lua": "lua",
+    ".cs": "csharp", ".csx": "csharp",
+    ".rb": "ruby", ".rake": "ruby", ".gemspec": "ruby", ".ru": "ruby",
+    ".php": "php", ".phtml": "php",
+    ".kt": "kotlin", ".kts": "kotlin",
+    ".swift": "swift",
+    ".sh": "bash", ".bash": "bash", ".zsh": "bash", ".ksh": "bash",
+    ".scala": "scala", ".sc": "scala", ".sbt": "scala",
+    ".json": "json", ".jsonc": "json",
+    ".yaml": "yaml", ".yml": "yaml",
+    ".toml": "toml",
+    ".html": "html", ".htm": "html", ".xhtml": "html",
+    ".css": "css",
 }
 
 
@@ -60,6 +101,15 @@ def language_for_path(path: str) -> str:
     """The normalized id for a file path, by its extension; `plaintext` when unknown."""
     _, ext = os.path.splitext(path)
     return _EXTENSIONS.get(ext.lower(), PLAINTEXT)
+
+
+_WHEEL_MODULES = {
+    "csharp": "tree_sitter_c_sharp", "ruby": "tree_sitter_ruby", "kotlin": "tree_sitter_kotlin",
+    "swift": "tree_sitter_swift", "bash": "tree_sitter_bash", "scala": "tree_sitter_scala",
+    "json": "tree_sitter_json", "yaml": "tree_sitter_yaml", "toml": "tree_sitter_toml",
+    "html": "tree_sitter_html", "css": "tree_sitter_css",
+}
+"""Grammar wheels whose module has the one `language()` function."""
 
 
 @functools.cache
@@ -86,6 +136,12 @@ def grammar_for(language: str) -> tree_sitter.Language | None:
         import tree_sitter_java as grammar
     elif language == "lua":
         import tree_sitter_lua as grammar
+    elif language == "php":
+        import tree_sitter_php as php_grammar
+
+        return tree_sitter.Language(php_grammar.language_php_only())
+    elif language in _WHEEL_MODULES:
+        grammar = importlib.import_module(_WHEEL_MODULES[language])
     else:
         return None
     return tree_sitter.Language(grammar.language())
@@ -132,8 +188,36 @@ BLOCK_TYPES: dict[str, frozenset[str]] = {
     "java": frozenset({"program", "block", "class_body", "interface_body", "enum_body",
                        "switch_block_statement_group", "constructor_body", "switch_block"}),
     "lua": frozenset({"chunk", "block"}),
+    "csharp": frozenset({"compilation_unit", "declaration_list", "block", "switch_body", "switch_section",
+                         "enum_member_declaration_list", "accessor_list"}),
+    "ruby": frozenset({"program", "body_statement", "then", "else", "begin", "ensure", "block_body", "do"}),
+    "php": frozenset({"program", "compound_statement", "declaration_list", "switch_block", "case_statement",
+                      "default_statement", "enum_declaration_list"}),
+    "kotlin": frozenset({"source_file", "class_body", "block", "lambda_literal", "when_expression",
+                         "enum_class_body"}),
+    "swift": frozenset({"source_file", "statements", "class_body", "protocol_body", "enum_class_body",
+                        "switch_statement"}),
+    "bash": frozenset({"program", "compound_statement", "do_group", "if_statement", "elif_clause",
+                       "else_clause", "case_item", "subshell"}),
+    "scala": frozenset({"compilation_unit", "template_body", "block", "case_block", "indented_block",
+                        "case_clause", "enum_body"}),
+    # Data and markup: members, items, pairs and elements play the statements' part.
+    "json": frozenset({"document", "object", "array"}),
+    "yaml": frozenset({"stream", "block_mapping", "block_sequence"}),
+    "toml": frozenset({"document", "table", "table_array_element"}),
+    "html": frozenset({"document", "element"}),
+    "css": frozenset({"stylesheet", "block"}),
 }
 BLOCK_TYPES["tsx"] = BLOCK_TYPES["typescript"]
+
+BRACE_BODY_TYPES: dict[str, frozenset[str]] = {
+    "swift": frozenset({"function_body", "if_statement", "for_statement", "while_statement",
+                        "repeat_while_statement", "guard_statement", "do_statement", "catch_block",
+                        "lambda_literal", "computed_property", "else"}),
+    "kotlin": frozenset({"function_body", "control_structure_body"}),
+}
+"""Node types whose own `{ }` hold a body although their statements hang one level down (Swift
+puts them in `statements`): an auto-closed `{|}` of theirs is a block, not an expression."""
 
 IMPORT_TYPES: dict[str, frozenset[str]] = {
     "python": frozenset({"import_statement", "import_from_statement", "future_import_statement"}),
@@ -145,6 +229,12 @@ IMPORT_TYPES: dict[str, frozenset[str]] = {
     "cpp": frozenset({"preproc_include", "using_declaration"}),
     "java": frozenset({"package_declaration", "import_declaration"}),
     "lua": frozenset(),
+    "csharp": frozenset({"using_directive", "extern_alias_directive"}),
+    "php": frozenset({"namespace_definition", "namespace_use_declaration"}),
+    "kotlin": frozenset({"package_header", "import", "import_list"}),
+    "swift": frozenset({"import_declaration"}),
+    "scala": frozenset({"package_clause", "import_declaration"}),
+    "css": frozenset({"import_statement"}),
 }
 IMPORT_TYPES["tsx"] = IMPORT_TYPES["typescript"]
 
@@ -164,12 +254,30 @@ DEFINITION_TYPES: dict[str, frozenset[str]] = {
     "java": frozenset({"class_declaration", "interface_declaration", "enum_declaration", "method_declaration",
                        "constructor_declaration", "record_declaration"}),
     "lua": frozenset({"function_declaration"}),
+    "csharp": frozenset({"class_declaration", "struct_declaration", "interface_declaration", "enum_declaration",
+                         "record_declaration", "method_declaration", "constructor_declaration",
+                         "namespace_declaration"}),
+    "ruby": frozenset({"method", "singleton_method", "class", "module", "singleton_class"}),
+    "php": frozenset({"class_declaration", "interface_declaration", "trait_declaration", "enum_declaration",
+                      "function_definition", "method_declaration"}),
+    "kotlin": frozenset({"class_declaration", "object_declaration", "function_declaration"}),
+    "swift": frozenset({"class_declaration", "protocol_declaration", "function_declaration", "init_declaration"}),
+    "bash": frozenset({"function_definition"}),
+    "scala": frozenset({"class_definition", "object_definition", "trait_definition", "function_definition",
+                        "enum_definition"}),
 }
 
 BODY_FIELDS = ("body", "consequence", "alternative")
 """Field names under which grammars hang a definition's or statement's body."""
 
 
+_NO_BRACE_BLOCKS = frozenset({"python", "lua", "ruby", "yaml", "toml", "html", PLAINTEXT})
+
+DATA_LANGUAGES = frozenset({"json", "yaml", "toml"})
+"""Languages of values, not statements: a `{|}` there is an object to fill in, never a body."""
+
+
 def uses_braces(language: str) -> bool:
-    """Whether blocks are delimited by `{ }` (everything here but Python and Lua)."""
-    return language not in ("python", "lua", PLAINTEXT)
+    """Whether blocks are delimited by `{ }` (Ruby's `{ |x| }` blocks aside, not so in Python, Lua,
+    Ruby, YAML, TOML and HTML)."""
+    return language not in _NO_BRACE_BLOCKS

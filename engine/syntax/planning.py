@@ -20,23 +20,32 @@ Knows nothing of tokens, tensors or LSP; offsets are str indices.
 
 from __future__ import annotations
 
+import re
+
 import tree_sitter
 
 from ..api import HolePlan, Region
 from .brackets import CLOSERS, QUOTES, first_unmatched_closer
 from .document import SyntaxDocument
-from .languages import BLOCK_TYPES, PLAINTEXT, uses_braces
+from .languages import BLOCK_TYPES, BRACE_BODY_TYPES, DATA_LANGUAGES, PLAINTEXT, uses_braces
 
 MAX_LINES = {"line": 8, "expression": 4, "statement": 16, "block": 32, "text": 8}
 """Line caps per kind: a line hole grows past one line only while brackets stay open."""
 
-_LINE_COMMENTS = {"python": ("#",), "lua": ("--",)}
+_LINE_COMMENTS = {"python": ("#",), "lua": ("--",), "ruby": ("#",), "bash": ("#",), "yaml": ("#",),
+                  "toml": ("#",), "php": ("//", "#", "/*", "*", "*/"), "html": ("<!--", "-->"),
+                  "css": ("/*", "*/")}
 _C_COMMENTS = ("//", "/*", "*", "*/")
 _PY_NOT_BLOCK_COLON = frozenset({"dictionary", "pair", "slice", "lambda", "subscript", "type",
                                  "typed_parameter", "typed_default_parameter", "keyword_argument",
                                  "format_specifier", "interpolation", "dictionary_comprehension"})
-_STRING_SUFFIXES = ("string", "string_literal", "char_literal", "character_literal", "rune_literal")
+_STRING_SUFFIXES = ("string", "string_literal", "char_literal", "character_literal", "rune_literal",
+                    "quote_scalar", "quoted_attribute_value", "string_value")
 _LUA_OPENERS = frozenset({"then", "do", "else", "repeat"})
+_CLOSER_WORDS = {"": ("end", "else", "elseif", "until"),
+                 "ruby": ("end", "else", "elsif", "when", "rescue", "ensure", "in"),
+                 "bash": ("fi", "done", "esac", "else", "elif", ";;")}
+"""First words of a line that closes (or continues) the block above it, where `}` does not."""
 _BRACE_BLOCK_PARENTS_NOT = frozenset({"object", "dictionary", "initializer_list", "object_pattern",
                                       "array", "composite_literal", "literal_value", "struct_expression",
                                       "field_initializer_list", "template_substitution", "table_constructor",
@@ -118,8 +127,8 @@ def _plan_blank_line(doc, offset, line_start, line_end, before, lines) -> HolePl
     region = Region(offset, max(offset, region_end))
     if prev_row is not None and _opens_block(doc, lines, prev_row, brackets=True):
         header_indent = lines.indent_of(_header_row(doc, lines, prev_row))
-        if before and len(before) > len(header_indent):
-            body_indent = before
+        if before and (len(before) > len(header_indent) or (doc.language == "yaml" and before == header_indent)):
+            body_indent = before  # (YAML: `key:` then `- item` at the key's indentation is a sequence)
         else:
             body_indent = header_indent + lines.unit
         body_has_code = next_row is not None and len(lines.indent_of(next_row)) > len(header_indent)
@@ -192,7 +201,8 @@ class _Lines:
 
     def is_closer_line(self, row: int) -> bool:
         stripped = self.line(row).strip()
-        return stripped[:1] in CLOSERS or stripped.split(" ")[0] in ("end", "else", "elseif", "until")
+        return (stripped[:1] in CLOSERS or stripped.startswith("</")
+                or stripped.split(" ")[0].rstrip(";") in _CLOSER_WORDS.get(self.doc.language, _CLOSER_WORDS[""]))
 
     def prev_code_row(self, row: int, limit: int = 200) -> int | None:
         for r in range(row - 1, max(-1, row - 1 - limit), -1):
@@ -291,6 +301,17 @@ def _opens_block(doc: SyntaxDocument, lines: _Lines, row: int, *, brackets: bool
         return True
     if doc.language == "python":
         return kind == ":" and (parent is None or parent.type not in _PY_NOT_BLOCK_COLON)
+    word_opener = _WORD_OPENERS.get(doc.language)
+    if word_opener is not None:
+        return word_opener(doc, leaf, lines.line(row), brackets)
+    if kind == ":" and parent is not None and parent.type in _COLON_BODIES:
+        return True  # `case 1:` (C#, PHP, Swift): the case's statements follow
+    if kind == "=" and not brackets and lines.line(row).endswith((" ", "\t")):
+        pass  # `val xs = |`: a space typed after `=`, the value goes on the line
+    elif parent is not None and parent.type in _ARROW_BODIES.get(doc.language, {}).get(kind, ()):
+        return True  # `case x =>`, `{ item ->`, `{ item in`, `def f(x: Int) =`: a body follows
+    elif doc.language == "scala" and kind == "=" and _SCALA_DEFINITION_LINE.match(lines.line(row)):
+        return True  # the same `def f(x: Int) =` while its body is still missing (an ERROR node)
     if doc.language == "lua":
         if kind in _LUA_OPENERS:
             return True
@@ -321,8 +342,9 @@ def _brace_is_block(doc: SyntaxDocument, at: int) -> bool:
     """Whether the `}` at str offset `at` closes a block (not an object/initializer literal)."""
     byte = doc.byte_offset(at)
     leaf = doc.tree.root_node.descendant_for_byte_range(byte, byte + 1)
-    return leaf is not None and leaf.type == "}" and leaf.parent is not None and (
-        leaf.parent.type in BLOCK_TYPES.get(doc.language, ()))
+    return leaf is not None and leaf.type == "}" and leaf.parent is not None and doc.language not in DATA_LANGUAGES and (
+        leaf.parent.type in BLOCK_TYPES.get(doc.language, ())
+        or leaf.parent.type in BRACE_BODY_TYPES.get(doc.language, ()))
 
 
 def _string_closer(doc: SyntaxDocument, offset: int) -> tuple[int, str] | None:
@@ -344,7 +366,84 @@ def _string_closer(doc: SyntaxDocument, offset: int) -> tuple[int, str] | None:
                         return doc.str_offset(node.end_byte - 1), tail
             return None
         if node.type in ("ERROR", "template_substitution", "interpolation", "string_interpolation",
-                         "jsx_expression"):
+                         "jsx_expression", "interpolated_expression", "expansion", "simple_expansion",
+                         "command_substitution"):
             return None
         node = node.parent
     return None
+
+
+# --- block openers that are words, tags or arrows ---------------------------------------
+
+_COLON_BODIES = frozenset({"switch_section", "case_statement", "default_statement", "switch_entry"})
+_RUBY_LAST_OPENERS = frozenset({"do", "then", "begin", "else", "ensure"})
+_RUBY_FIRST_OPENERS = frozenset({"def", "class", "module", "if", "unless", "while", "until", "for", "case",
+                                 "when", "begin", "elsif", "else", "rescue", "ensure"})
+_RUBY_ONE_LINER = re.compile(r"\b(then|do)\b\s*\S|;\s*\S|\bend\b")
+_HTML_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source",
+                        "track", "wbr"})
+_SCALA_DEFINITIONS = frozenset({"function_definition", "val_definition", "var_definition", "class_definition",
+                                "object_definition", "trait_definition", "given_definition", "enum_definition"})
+_SCALA_DEFINITION_LINE = re.compile(r"\s*(\w+\s+)*(def|val|var|given)\b")
+_ARROW_BODIES = {
+    "scala": {"=>": frozenset({"case_clause", "lambda_expression"}), "=": _SCALA_DEFINITIONS,
+              ":": _SCALA_DEFINITIONS},
+    "kotlin": {"->": frozenset({"lambda_literal", "when_entry"})},
+    "swift": {"in": frozenset({"lambda_literal"})},
+}
+"""Tokens that end a line before a body in these grammars, by the parent node they must have."""
+
+
+def _ruby_opens(doc: SyntaxDocument, leaf: tree_sitter.Node, line: str, blank_after: bool) -> bool:
+    """`def f(x)`, `if ready`, `items.each do |item|`, `begin`: a line whose body follows until `end`."""
+    kind, parent = leaf.type, leaf.parent
+    if kind in _RUBY_LAST_OPENERS:
+        return True
+    if kind == "|" and parent is not None and parent.type == "block_parameters":
+        return True
+    if kind == "{":
+        return parent is not None and parent.type == "block"  # a brace block, not a hash
+    code = line.strip()
+    first = code.split(None, 1)[0] if code else ""
+    return first in _RUBY_FIRST_OPENERS and _RUBY_ONE_LINER.search(code[len(first):]) is None
+
+
+def _bash_opens(doc: SyntaxDocument, leaf: tree_sitter.Node, line: str, blank_after: bool) -> bool:
+    """`then`, `do`, `else`, `case x in`, and a function's or group's `{`."""
+    kind, parent = leaf.type, leaf.parent
+    if kind in ("then", "do", "else"):
+        return True
+    if kind == "in":
+        return parent is not None and parent.type == "case_statement"
+    return kind == "{" and parent is not None and parent.type == "compound_statement"
+
+
+def _yaml_opens(doc: SyntaxDocument, leaf: tree_sitter.Node, line: str, blank_after: bool) -> bool:
+    """`key:` with nothing after it: a nested mapping or sequence follows, indented. With the cursor
+    after `key: ` (a space typed) the value goes on the line instead."""
+    if not blank_after and line.endswith((" ", "\t")):
+        return False
+    return leaf.type == ":" and leaf.parent is not None and leaf.parent.type == "block_mapping_pair"
+
+
+def _html_opens(doc: SyntaxDocument, leaf: tree_sitter.Node, line: str, blank_after: bool) -> bool:
+    """A start tag that ends the line and whose end tag is on a later line: the element's content follows."""
+    tag = leaf.parent
+    if leaf.type != ">" or tag is None or tag.type != "start_tag":
+        return False
+    name = next((c for c in tag.named_children if c.type == "tag_name"), None)
+    if name is None or name.text.decode("utf-8", errors="replace").lower() in _HTML_VOID:
+        return False
+    element = tag.parent
+    end_tag = element.children[-1] if element is not None and element.children else None
+    return end_tag is not None and end_tag.type == "end_tag" and end_tag.start_point.row > leaf.start_point.row
+
+
+def _toml_opens(doc: SyntaxDocument, leaf: tree_sitter.Node, line: str, blank_after: bool) -> bool:
+    """TOML has no bodies: a table's keys follow its header at the same indentation."""
+    return False
+
+
+# Each takes (doc, the line's last code leaf, the line, whether the cursor is on a blank line below it).
+_WORD_OPENERS = {"ruby": _ruby_opens, "bash": _bash_opens, "yaml": _yaml_opens, "html": _html_opens,
+                 "toml": _toml_opens}

@@ -19,6 +19,7 @@ import re
 import msgspec
 
 from ..api import HolePlan, InfillContext
+from .block_words import answer_opens, block_end_walker, bracket_view
 from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
@@ -166,7 +167,9 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
         lines.pop(0)
     if not lines:
         return ""
-    lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before))
+    walk_words = _lua_depth_walk if language == "lua" else block_end_walker(language)
+    lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before),
+                    opens=answer_opens(language, lines))
     kept: list[str] = []
     depth = 0
     keyword_depth = 0
@@ -176,19 +179,19 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
             if index > 0 and _indent_width(line) < _indent_width(plan.indent) and not _is_directive(line):
                 break
             keywords_before = keyword_depth
-            if language == "lua":
-                keyword_depth, closes_outer = _lua_depth_walk(line, keyword_depth)
-                if closes_outer:
-                    break
+            if walk_words is not None:
+                keyword_depth, closes_outer = walk_words(line, keyword_depth)
+                if closes_outer and (kept or keyword_depth < 0):
+                    break  # (a first line `else`/`rescue` is the answer: the cursor is where it goes)
             if plan.kind == "statement" and kept and depth == keywords_before == 0 \
                     and _is_suffix_start(lines, index, suffix):
                 while kept and (not kept[-1].strip() or _is_comment(kept[-1])):
                     kept.pop()  # the comment above the suffix's statement is the suffix's too
                 break
-            line_depth, dipped = _depth_walk(line, depth)
+            line_depth, dipped = _depth_walk(bracket_view(language, line), depth)
             if dipped:
                 # The line closes a bracket opened before the hole: the suffix has that closer.
-                cut = _cut_at_unmatched(line, depth)
+                cut = _cut_at_unmatched(bracket_view(language, line), depth)
                 if cut.strip():
                     kept.append(cut.rstrip())
                 break
@@ -440,7 +443,7 @@ def _indent_width(line: str) -> int:
     return width
 
 
-def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str]:
+def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool | None = None) -> list[str]:
     """Re-indent lines so their base indentation is `indent`, keeping relative indentation,
     and drop everything from the first line that dedents below the base (the block ended).
 
@@ -451,7 +454,8 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool) -> list[str
     target = _indent_width(indent)
     first_width = _indent_width(lines[0])
     second = next((_indent_width(line) for line in lines[1:] if line.strip() and not _is_directive(line)), None)
-    opens = lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
+    if opens is None:  # the language did not say (block_words.answer_opens): the line's end does
+        opens = lines[0].rstrip().endswith((":", "{", "(", "[", " then", " do", "=>"))
     base = first_width
     if first_at_cursor and first_width == 0 and target > 0 and second is not None:
         # Indented later lines after a flush first line: document coordinates (a later line

@@ -48,6 +48,18 @@ SEEDS = {
     "cpp": "#include <vector>\nnamespace n {\nint f() { return 1; }\n}\n",
     "java": "import java.util.*;\nclass A {\n  void f() {\n    String s = \"ö\";\n  }\n}\n",
     "lua": "local t = {}\nfunction t.f(x)\n  if x then\n    return '🙂'\n  end\nend\n",
+    "csharp": "using System;\nclass A {\n  int F(int x) {\n    var s = \"é\";\n    return x;\n  }\n}\n",
+    "ruby": "require 'set'\nclass A\n  def f(x)\n    s = \"ü#{x}\"\n    x + 1 if x\n  end\nend\n",
+    "php": "<?php\nuse A\\B;\nfunction f($x) {\n    $s = 'ö';\n    return $x + 1;\n}\n",
+    "kotlin": "import a.B\nclass A {\n    fun f(x: Int): Int {\n        val s = \"中\"\n        return x\n    }\n}\n",
+    "swift": "import Foundation\nfunc f(_ x: Int) -> Int {\n    let s = \"é\"\n    return x\n}\n",
+    "bash": "#!/bin/bash\nf() {\n  local s=\"ß\"\n  if [ -n \"$1\" ]; then\n    echo \"$s\"\n  fi\n}\n",
+    "scala": "import a.B\nobject A {\n  def f(x: Int): Int = {\n    val s = \"é\"\n    x\n  }\n}\n",
+    "json": "{\n  \"a\": [1, \"ü\"],\n  \"b\": {\"c\": true}\n}\n",
+    "yaml": "a: 1\nb:\n  - x\n  - \"中\"\nc:\n  d: true\n",
+    "toml": "title = \"é\"\n[server]\nport = 80\nhosts = [\"a\", \"b\"]\n",
+    "html": "<ul>\n  <li class=\"a\">ü</li>\n  <li>b</li>\n</ul>\n",
+    "css": "@import \"a.css\";\n.a {\n  content: \"é\";\n  margin: 0;\n}\n",
 }
 LANGUAGES = sorted(SEEDS)
 ALPHABET = st.sampled_from(list("abcxyz_019 \t\n(){}[];:,.'\"`=+-<>/#é中🙂") + ["def ", "return ", "if ", "end", "fn "])
@@ -160,7 +172,9 @@ def _every_child_preamble(doc, chains, window_start, window_end, share):
 
 IMPORT_LINES = {"python": "import zz\n", "javascript": "import z from 'z';\n", "typescript": "import z from 'z';\n",
                 "tsx": "import z from 'z';\n", "go": "import \"zz\"\n", "rust": "use zz;\n", "c": "#include <zz.h>\n",
-                "cpp": "#include <zz>\n", "java": "import zz.Z;\n", "lua": ""}
+                "cpp": "#include <zz>\n", "java": "import zz.Z;\n", "lua": "", "csharp": "using Zz;\n", "ruby": "",
+                "php": "use Zz\\Z;\n", "kotlin": "import zz.Z\n", "swift": "import Zz\n", "bash": "",
+                "scala": "import zz.Z\n", "json": "", "yaml": "", "toml": "", "html": "", "css": "@import \"zz.css\";\n"}
 """An import anywhere in a file (the preamble takes every import outside the window, first)."""
 
 

@@ -16,6 +16,8 @@ M.defaults = {
   filetypes = {
     'python', 'javascript', 'javascriptreact', 'typescript', 'typescriptreact',
     'go', 'rust', 'c', 'cpp', 'java', 'lua',
+    'cs', 'ruby', 'php', 'kotlin', 'swift', 'sh', 'bash', 'scala',
+    'json', 'jsonc', 'yaml', 'toml', 'html', 'css',
   },
   -- Files or folders that mark a project root; with none found the server runs in single-file mode.
   root_markers = { '.git' },

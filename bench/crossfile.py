@@ -135,12 +135,14 @@ def _workspace(tmp: str, name: str, folder: str, language: str) -> tuple[str, st
     return root, target
 
 
-def _code_lines(text: str, language: str) -> set[int]:
-    """Lines whose first non-blank character is code (not inside a string or a comment)."""
+def _code_names(text: str, language: str) -> dict[int, list[str]]:
+    """Per line whose first non-blank character is code: the identifiers of its code, in order
+    (names in strings and comments are not uses of a definition)."""
     doc = SyntaxDocument(text, language)
-    code = set()
+    names: dict[int, list[tuple[int, str]]] = {}
     if doc.tree is None:
-        return code
+        return {}
+    starts_in_code: set[int] = set()
     root = doc.tree.root_node
     offset = 0
     for number, line in enumerate(text.split("\n")):
@@ -148,16 +150,24 @@ def _code_lines(text: str, language: str) -> set[int]:
         if line.strip():
             probe = doc.byte_offset(offset + stripped)
             node = root.descendant_for_byte_range(probe, probe)
-            inside = False
-            while node is not None:
-                if "string" in node.type or "comment" in node.type or node.type == "template_literal":
-                    inside = True
-                    break
+            while node is not None and not _is_text(node):
                 node = node.parent
-            if not inside:
-                code.add(number)
+            if node is None:
+                starts_in_code.add(number)
         offset += len(line) + 1
-    return code
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if _is_text(node):
+            continue
+        if node.child_count == 0 and node.type.endswith("identifier") and node.start_point.row in starts_in_code:
+            names.setdefault(node.start_point.row, []).append((node.start_byte, node.text.decode()))
+        stack.extend(node.children)
+    return {row: [name for _start, name in sorted(found)] for row, found in names.items()}
+
+
+def _is_text(node) -> bool:
+    return "string" in node.type or "comment" in node.type or node.type in ("template_literal", "raw_string_literal")
 
 
 def holes_of(index: WorkspaceIndex, package_dir: str, seed: int, limit: int) -> list[tuple[str, int, str]]:
@@ -184,13 +194,13 @@ def holes_of(index: WorkspaceIndex, package_dir: str, seed: int, limit: int) -> 
         own = {definition.name for definition in index.files[path].definitions}
         language = index.files[path].language
         builtin = _BUILTIN_NAMES.get(language, _BUILTIN_NAMES["js"])
-        code_lines = _code_lines("\n".join(lines), language)
+        code_names = _code_names("\n".join(lines), language)
         found = []
         for number, line in enumerate(lines):
             code = line.strip()
-            if number not in code_lines or _IMPORT_LINE.match(line) or len(code) > 120:
+            if number not in code_names or _IMPORT_LINE.match(line) or len(code) > 120:
                 continue
-            for word in _WORD.findall(code):
+            for word in code_names[number]:
                 if len(word) < 3 or word in own or word in builtin or counts.get(word, 0) != 1 \
                         or not (defined.get(word, set()) - {path}):
                     continue

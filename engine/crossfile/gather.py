@@ -18,6 +18,7 @@ Knows the index and the engine's types; knows nothing of tree-sitter trees, torc
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 from collections import Counter, OrderedDict
@@ -28,14 +29,19 @@ from ..syntax.context import approx_token_count
 from .index import WorkspaceIndex
 from .neighbours import OpenFile, RecentRanges, SimilarWindows, identifiers
 from .outline import Definition, words_of
-from .resolve import resolve_imports
+from .resolve import Link, resolve_imports
 
 OPEN_DOCUMENT_SHARE = 0.25
 """Of the cross-file budget, kept for similar windows of open documents (when there are any)."""
 RECENT_SHARE = 0.15
 """Of the cross-file budget, kept for recent ranges (when there are any)."""
-NEAR_LINES = 12
+NEAR_LINES = 6
 """Lines before the cursor's line whose words count double (the code the answer continues)."""
+WORD_LINES_BEFORE = 40
+WORD_LINES_AFTER = 10
+"""Lines around the cursor's line whose words retrieval matches (further code says less about the next line)."""
+SIBLING_WEIGHT = 0.5
+"""Scores of the definitions of the other files in the file's folder that it does not import."""
 RECENT_CONTEXT_LINES = 4
 """Lines shown either side of a recent line."""
 USED_BONUS = 2.0
@@ -46,6 +52,12 @@ AFFINITY = 0.3
 """Score per name of its module (x2: of its type) that the code near the cursor uses, up to 5."""
 DOC_SCORE = 3.0
 """Definitions scoring this much show their doc line too (the others: signatures alone, so more fit)."""
+LOCALITY = 0.4
+"""Score of a definition right next to one the code near the cursor uses (less further away)."""
+LOCALITY_LINES = 60
+"""How far (in lines) locality reaches."""
+MAX_MISSES = 64
+"""Definitions too big for what is left of the budget before the choice stops looking."""
 MAX_LINKED_FILES = 40
 """Files whose definitions compete for one prompt (the file's imports first, then theirs)."""
 SECOND_HAND_WEIGHT = 0.5
@@ -66,6 +78,11 @@ class CrossFileSources:
         self.windows = SimilarWindows()
         self._memo: OrderedDict[str, tuple[tuple, tuple[CrossFileSnippet, ...]]] = OrderedDict()
         self._links: dict[str, tuple[int, object, list]] = {}
+        self._weights_generation = -1
+        self._idf: dict[str, float] = {}
+        self._totals: dict[int, float] = {}
+        """id(definition) -> its words' total weight (the index keeps the definitions alive)."""
+        self._costs: dict[tuple[int, bool, bool], int] = {}
 
     def snippets(self, path: str | None, language: str, context: InfillContext,
                  budget: int) -> tuple[CrossFileSnippet, ...]:
@@ -153,12 +170,23 @@ class CrossFileSources:
                 if second.path not in seen and len(links) < MAX_LINKED_FILES:
                     seen.add(second.path)
                     links.append((second, SECOND_HAND_WEIGHT))
+        self._weights()
+        if len(links) < MAX_LINKED_FILES:  # the file's own folder: its package, imported or not
+            directory = os.path.dirname(path)
+            language = index.files[path].language
+            for sibling in sorted(index.by_dir.get(directory, ())):
+                outline = index.files.get(sibling)
+                if sibling not in seen and outline is not None and outline.language == language \
+                        and len(links) < MAX_LINKED_FILES:
+                    seen.add(sibling)
+                    links.append((Link(sibling), SIBLING_WEIGHT))
         near_names = Counter(identifiers(before + after))
         near_weight: Counter[str] = Counter()
-        for word in words_of(before + after):
-            near_weight[word] += 1.0
-        for word in words_of("\n".join(before.split("\n")[-NEAR_LINES - 1:])):
-            near_weight[word] += 1.0
+        before_lines = before.split("\n")
+        for lines, weight in ((before_lines[-WORD_LINES_BEFORE - 1:], 1.0), (after.split("\n")[:WORD_LINES_AFTER], 1.0),
+                              (before_lines[-NEAR_LINES - 1:], 1.0)):
+            for word in words_of("\n".join(lines)):
+                near_weight[word] += weight
         scored: list[tuple[float, int, str, Definition, list[tuple[float, Definition]]]] = []
         order = 0
         # Affinity: a type whose members the code near the cursor already uses (`msg.get_payload()`)
@@ -178,8 +206,13 @@ class CrossFileSources:
             used = AFFINITY * min(used, 5)
             tops: dict[str, tuple[float, Definition]] = {}
             members: dict[str, list[tuple[float, Definition]]] = {}
+            # Locality: helpers are defined near what they help; lines of the definitions used near
+            # the cursor, whose neighbours in their file score up.
+            anchors = sorted(d.start_line for d in outline.definitions if d.name in near_names)
             for definition in outline.definitions:
-                score = _similarity(index, definition, near_weight) + used
+                score = self._similarity(definition, near_weight) + used
+                if anchors:
+                    score += LOCALITY * _closeness(anchors, definition.start_line)
                 if definition.name in near_names:
                     score += USED_BONUS
                 if definition.name in link.names:
@@ -213,7 +246,7 @@ class CrossFileSources:
                 items.append((member_score, order, file, member, definition))
         items.sort(key=lambda item: (-item[0], item[1]))
         chosen: dict[tuple[str, int], list] = {}  # (file, top start line) -> [top, score, members]
-        spent = 0
+        spent = misses = 0
         for score, _order, file, definition, parent in items:
             if score <= 0.05:
                 break
@@ -224,13 +257,16 @@ class CrossFileSources:
             if _overlaps(shown, file, top.start_line, top.end_line) and slot is None:
                 continue
             language = index.files[file].language
-            cost = _tokens(_render(definition, language, with_doc=score >= DOC_SCORE)) + 1
+            cost = self._cost_of(definition, language, False, score >= DOC_SCORE)
             if slot is None:
                 if parent is not None:
-                    cost += _tokens(_render(parent, language, header_only=True)) + 1
+                    cost += self._cost_of(parent, language, True, False)
                 if file not in shown and not any(k[0] == file for k in chosen):
                     cost += HEADER_TOKENS
             if spent + cost > budget:
+                misses += 1
+                if misses > MAX_MISSES or budget - spent < 8:
+                    break  # nothing small enough is likely to come: the rest is the tail of the ranking
                 continue
             spent += cost
             if slot is None:
@@ -243,13 +279,53 @@ class CrossFileSources:
         for file in by_file:  # files in the order their best snippet was chosen
             for top, score, members, whole in sorted(by_file[file], key=lambda s: s[0].start_line):
                 language = index.files[file].language
-                text = _render(top, language, header_only=not whole or bool(members), with_doc=score >= DOC_SCORE)
+                # As budgeted: a type that came in for its members shows its header alone.
+                text = _render(top, language, header_only=not whole or bool(members),
+                               with_doc=whole and score >= DOC_SCORE)
                 if members:
                     text += "\n" + "\n".join(_render(m, language, with_doc=member_score >= DOC_SCORE)
                                               for m, member_score in sorted(members, key=lambda m: m[0].start_line))
                 picked.append(self._snippet(file, top.start_line, top.end_line, "definition", round(score, 3), text))
                 shown.setdefault(file, []).append((top.start_line, top.end_line))
         return spent
+
+    def _weights(self) -> None:
+        """Word weights and per-definition totals, remembered for one index generation."""
+        if self._weights_generation != self.index.generation:
+            self._weights_generation = self.index.generation
+            self._idf.clear()
+            self._totals.clear()
+            self._costs.clear()
+
+    def _similarity(self, definition: Definition, near: Counter[str]) -> float:
+        """Shared words, rare ones weighing more, over the definition's own word weight (BM25's spirit)."""
+        idf = self._idf
+        shared = 0.0
+        for word in definition.words:
+            if word in near:
+                weight = idf.get(word)
+                if weight is None:
+                    weight = idf[word] = self.index.idf(word)
+                shared += weight * min(near[word], 3)
+        if not shared:
+            return 0.0
+        total = self._totals.get(id(definition))
+        if total is None:
+            total = 0.0
+            for word in definition.words:
+                weight = idf.get(word)
+                if weight is None:
+                    weight = idf[word] = self.index.idf(word)
+                total += weight
+            self._totals[id(definition)] = total
+        return shared / math.sqrt(total + 1.0)
+
+    def _cost_of(self, definition: Definition, language: str, header_only: bool, with_doc: bool) -> int:
+        key = (id(definition), header_only, with_doc)
+        cost = self._costs.get(key)
+        if cost is None:
+            cost = self._costs[key] = _tokens(_render(definition, language, header_only, with_doc)) + 1
+        return cost
 
     def _resolved(self, path: str) -> list:
         index = self.index
@@ -275,18 +351,6 @@ WINDOW_QUERY_LINES = 20
 """Lines before the cursor's line whose identifiers are matched against open documents' windows."""
 
 
-def _similarity(index: WorkspaceIndex, definition: Definition, near: Counter[str]) -> float:
-    """Shared words, rare ones weighing more, over the definition's own word weight (BM25's spirit)."""
-    shared = 0.0
-    total = 0.0
-    for word in definition.words:
-        weight = index.idf(word)
-        total += weight
-        if word in near:
-            shared += weight * min(near[word], 3)
-    return shared / math.sqrt(total + 1.0) if shared else 0.0
-
-
 def _render(definition: Definition, language: str, header_only: bool = False, with_doc: bool = True) -> str:
     """The definition as the prompt shows it: its signature (or header), with its doc line if asked."""
     signature = definition.signature
@@ -299,6 +363,13 @@ def _render(definition: Definition, language: str, header_only: bool = False, wi
     if language == "python":
         return f'{signature.removesuffix(" ...")}\n{indent}    """{doc}"""'
     return f"{indent}{'--' if language == 'lua' else '//'} {doc}\n{signature}"
+
+
+def _closeness(anchors: list[int], line: int) -> float:
+    """1 at an anchor line, falling linearly to 0 LOCALITY_LINES away from the nearest one."""
+    at = bisect.bisect_left(anchors, line)
+    nearest = min(abs(anchors[i] - line) for i in (at - 1, at) if 0 <= i < len(anchors))
+    return max(0.0, 1.0 - nearest / LOCALITY_LINES)
 
 
 def _tokens(text: str) -> int:

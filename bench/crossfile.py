@@ -295,6 +295,65 @@ def run_benchmark(npm_dir: str | None, budget: int, context_tokens: int, holes_p
                   index_cpu_s=round(index_cpu, 2))
 
 
+KEYSTROKE_S = 0.1
+"""The cost benchmark's simulated typist: a keystroke (a stop) every 100 ms of wall time."""
+
+
+class CostFigures(msgspec.Struct):
+    workspace: str
+    files: int
+    bytes: int
+    entries_bound: int
+    cpu_s: float
+    peak_mib: float
+    """Peak of Python allocations while building (tracemalloc), index kept."""
+    longest_step_ms: float
+    """Longest CPU stretch between two checks of `should_stop` (what a keystroke may wait for)."""
+
+
+def measure_cost(root: str, bounds) -> CostFigures:
+    """Build an index of `root` as the server does (step by step, checking between files)."""
+    import tracemalloc
+
+    index = WorkspaceIndex(root, bounds)
+    longest = 0.0
+    last = [time.process_time()]
+
+    keystroke = [time.monotonic()]
+
+    def should_stop() -> bool:
+        """Checked between files and during each parse; a keystroke every KEYSTROKE_S stops the build."""
+        nonlocal longest
+        now = time.process_time()
+        longest = max(longest, now - last[0])
+        last[0] = now
+        if time.monotonic() - keystroke[0] > KEYSTROKE_S:
+            keystroke[0] = time.monotonic()
+            return True
+        return False
+
+    tracemalloc.start()
+    started = time.process_time()
+    while not index.build_step(should_stop):
+        last[0] = time.process_time()  # the worker served the keystroke; the build resumes
+    cpu = time.process_time() - started
+    _current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return CostFigures(workspace=root, files=len(index), bytes=index.bytes, entries_bound=bounds.max_entries,
+                       cpu_s=round(cpu, 2), peak_mib=round(peak / 2**20, 1), longest_step_ms=round(longest * 1000, 1))
+
+
+def synthetic_tree(folder: str, files: int) -> None:
+    """`files` small Python files, 100 per folder."""
+    for number in range(files):
+        directory = os.path.join(folder, f"d{number // 100:04}")
+        if number % 100 == 0:
+            os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, f"m{number % 100:02}.py"), "w") as file:
+            file.write(f"def helper_{number}(value):\n    return value + {number}\n\n\nclass Thing{number}:\n"
+                       f"    size = {number}\n")
+
+
 def format_table(report: Report) -> str:
     out = [f"cross-file context recall, budget {report.budget} tokens of a {report.context_tokens}-token context",
            f"{'language':24} {'holes':>6} {'off':>6} {'on':>6} {'tokens mean':>12} {'p90':>5} {'gather ms p50/p99':>18}"]
@@ -314,9 +373,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--holes", type=int, default=150, help="holes per package")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--cost", metavar="FOLDER", default=None,
+                        help="instead: index build cost of FOLDER (first --cost-files files) and of a generated "
+                             "--huge-files tree under the default bounds")
+    parser.add_argument("--cost-files", type=int, default=2000)
+    parser.add_argument("--huge-files", type=int, default=100_000)
+
+
+def run_cost(args: argparse.Namespace) -> int:
+    from dgemma_lsp.engine.crossfile.files import Bounds
+
+    figures = [measure_cost(os.path.abspath(args.cost), Bounds(max_files=args.cost_files))]
+    with tempfile.TemporaryDirectory(prefix="dgemma-huge-tree-") as tmp:
+        say(f"bench crossfile: writing {args.huge_files} files under {tmp}")
+        synthetic_tree(tmp, args.huge_files)
+        figures.append(measure_cost(tmp, Bounds()))
+    if args.json:
+        write_report(figures, True, str)
+    else:
+        for f in figures:
+            sys.stdout.write(f"{f.workspace}: {f.files} files, {f.bytes} bytes, {f.cpu_s} s CPU, peak "
+                             f"{f.peak_mib} MiB, longest step {f.longest_step_ms} ms CPU\n")
+    return 0
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cost:
+        return run_cost(args)
     budget = args.budget if args.budget is not None else args.context_tokens // 4
     report = run_benchmark(args.npm_dir, budget, args.context_tokens, args.holes, args.seed)
     write_report(report, args.json, format_table)

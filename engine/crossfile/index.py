@@ -23,6 +23,9 @@ from collections.abc import Callable
 from .files import Bounds, indexable_language, read_source, walk
 from .outline import Outline, read_outline
 
+MAX_TRIES = 4
+"""Parses of one file a keystroke may cut short; the next one runs to its end (one bounded wait)."""
+
 
 class WorkspaceIndex:
     """Outlines of a workspace's files."""
@@ -43,6 +46,8 @@ class WorkspaceIndex:
         """Changes to each path (generation minus this: the changes to every other file)."""
         self._bytes = 0
         self._walk = None
+        self._interrupted: list[tuple[str, int]] = []
+        self._tries: dict[str, int] = {}
         self.complete = False
         """Whether the initial walk has finished (or hit its bounds)."""
         self._project_files: dict[tuple[str, str], object] = {}
@@ -81,16 +86,32 @@ class WorkspaceIndex:
             return True
         if self._walk is None:
             self._walk = walk(self.root, self.bounds)
+        while self._interrupted:  # parses cut short by a keystroke, first
+            path, size = self._interrupted[-1]
+            if not self._index_walked(path, size, should_stop):
+                return False
+            self._interrupted.pop()
         for path, size in self._walk:
-            if path not in self.files:
-                text = read_source(path, size)
-                if text is not None:
-                    self._store(path, text)
+            if not self._index_walked(path, size, should_stop):
+                self._interrupted.append((path, size))
+                return False
             if should_stop():
                 return False
         self.complete = True
         self._walk = None
         return True
+
+    def _index_walked(self, path: str, size: int, should_stop: Callable[[], bool]) -> bool:
+        """Index one walked file; False when its parse was stopped (it is tried again, up to MAX_TRIES)."""
+        if path in self.files:
+            return True
+        text = read_source(path, size)
+        if text is None:
+            return True
+        tries = self._tries.get(path, 0) + 1
+        self._tries[path] = tries
+        stored = self._store(path, text, should_stop if tries < MAX_TRIES else None)
+        return stored is not None
 
     def build(self) -> None:
         """The whole walk at once (one-shot commands, benchmarks)."""
@@ -122,14 +143,17 @@ class WorkspaceIndex:
         self.word_counts.subtract(word for definition in outline.definitions for word in definition.words)
         self._changed(path)
 
-    def _store(self, path: str, text: str) -> None:
+    def _store(self, path: str, text: str, should_stop: Callable[[], bool] | None = None) -> bool | None:
+        """Index `path` as `text`: True, or False when a bound keeps it out; None when stopped."""
         size = len(text.encode("utf-8")) if not text.isascii() else len(text)
         old = self.sizes.get(path, 0)
         if self._bytes - old + size > self.bounds.max_bytes:
-            return  # the byte bound holds: this file stays out
+            return False  # the byte bound holds: this file stays out
+        outline = read_outline(text, indexable_language(path) or "plaintext", should_stop)
+        if outline is None:
+            return None
         if path in self.files:
             self.remove(path)
-        outline = read_outline(text, indexable_language(path) or "plaintext")
         self.files[path] = outline
         self.sizes[path] = size
         self._bytes += size
@@ -137,6 +161,7 @@ class WorkspaceIndex:
         self.by_name.setdefault(os.path.basename(path), set()).add(path)
         self.word_counts.update(word for definition in outline.definitions for word in definition.words)
         self._changed(path)
+        return True
 
     def _changed(self, path: str) -> None:
         self.generation += 1

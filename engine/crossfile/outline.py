@@ -12,6 +12,7 @@ into workspace files. Knows nothing of the workspace, tokens or LSP; lines are 0
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import msgspec
 import tree_sitter
@@ -90,13 +91,24 @@ def words_of(text: str) -> set[str]:
     return found
 
 
-def read_outline(text: str, language: str) -> Outline:
-    """The outline of a whole file's text."""
+def read_outline(text: str, language: str, should_stop: Callable[[], bool] | None = None) -> Outline | None:
+    """The outline of a whole file's text; None when `should_stop()` turned true while it was parsed
+    (checked every few hundred bytes: a big file never holds up the thread that asks)."""
     parser = parser_for(language)
     if parser is None:
         return Outline(language, (), ())
     source = text.encode("utf-8")
-    return outline_of_tree(parser.parse(source), source, language)
+    if should_stop is None:
+        return outline_of_tree(parser.parse(source), source, language)
+    def read(byte: int, _point) -> bytes:  # a callback source: tree-sitter ignores progress on bytes
+        return source[byte:byte + 16384]
+
+    try:
+        tree = parser.parse(read, progress_callback=lambda _offset, _error: should_stop())
+    except ValueError:  # py-tree-sitter's answer to a cancelled parse
+        parser.reset()
+        return None
+    return outline_of_tree(tree, source, language)
 
 
 def outline_of_tree(tree: tree_sitter.Tree, source: bytes, language: str) -> Outline:

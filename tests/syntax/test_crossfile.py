@@ -182,3 +182,16 @@ def test_open_documents_and_recent_ranges_join_the_definitions(tmp_path):
     assert ("recent", "notes.py") in by_source
     assert not any(s.path.endswith("report.py") for s in prepared.context.cross_file)
     assert sum(s.tokens for s in prepared.context.cross_file) <= 512
+
+
+def test_a_build_stopped_at_every_check_still_finishes_and_keeps_its_bounds(tmp_path):
+    # A big file's parse is cut short by every keystroke; after a few tries it runs to its end.
+    write(tmp_path, {"big.py": "def f(x):\n    return x\n" * 3000, **{f"m{n}.py": f"def g{n}(): pass\n"
+                                                                   for n in range(5)}})
+    index = WorkspaceIndex(str(tmp_path), Bounds(max_files=4))
+    rounds = 0
+    while not index.build_step(lambda: True):
+        rounds += 1
+        assert rounds < 100, "the build never finishes"
+    assert len(index) == 4 and str(tmp_path / "big.py") in index.files
+    assert len(index.files[str(tmp_path / "big.py")].definitions) == 3000

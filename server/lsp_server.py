@@ -53,6 +53,9 @@ STATS_COMMAND = "dgemma.serverStats"
 """For benchmarks: the longest event-loop stall, the longest busy pass of the loop and the prompt
 tokens encoded per request since the previous call (the first call starts the loop monitor; with
 `{"probe": true}` it also probes the loop every millisecond, see server/loop_monitor.py)."""
+WATCHED_EXTENSIONS = ("py", "pyi", "js", "mjs", "cjs", "jsx", "ts", "mts", "cts", "tsx", "go", "rs", "c", "h",
+                      "cc", "cpp", "cxx", "hpp", "hh", "java", "lua")
+"""Files whose changes on disk the index wants to hear of (engine/syntax/languages.py's extensions)."""
 DRAFT_NOTIFICATION = "dgemma/draft"
 STATUS_NOTIFICATION = "dgemma/status"
 DID_SHOW = "dgemma/didShowCompletion"
@@ -295,6 +298,21 @@ class DGemmaServer(LanguageServer):
             ),
         )
 
+    async def watch_workspace_files(self) -> None:
+        """Ask the client for `workspace/didChangeWatchedFiles` on source files (the index follows the disk)."""
+        workspace = self.client_capabilities.workspace
+        watched = workspace.did_change_watched_files if workspace else None
+        if self.crossfile.index is None or not (watched and watched.dynamic_registration):
+            return
+        pattern = "**/*.{" + ",".join(sorted(WATCHED_EXTENSIONS)) + "}"
+        try:
+            await self.client_register_capability_async(lsp.RegistrationParams(registrations=[lsp.Registration(
+                id=f"dgemma-watch-{uuid.uuid4().hex[:8]}", method=lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                register_options=lsp.DidChangeWatchedFilesRegistrationOptions(
+                    watchers=[lsp.FileSystemWatcher(glob_pattern=pattern)]))]))
+        except Exception as error:  # the client refused: the index follows open documents only
+            log.info("no file watching: %s", error)
+
     # -- results -----------------------------------------------------------------------------
 
     def inline_items(self, lines: LineIndex, cursor: int, result: list[Suggestion] | Superseded):
@@ -359,6 +377,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         if ls._pending_problems:
             problems, ls._pending_problems = ls._pending_problems, []
             ls.show_settings_problems(problems)
+        asyncio.ensure_future(ls.watch_workspace_files())
         await ls.start_engine()
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)

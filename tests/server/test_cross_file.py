@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 import pytest_lsp
-from lsp_session import FAST, TIMEOUT, capabilities, config, open_document, within
+from lsp_session import FAST, TIMEOUT, capabilities, config, open_document, plain, within
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
@@ -50,10 +50,19 @@ URI = (WORKSPACE / "app" / "report.py").as_uri()
 CURSOR = lsp.Position(line=4, character=len("    amount = invoice."))
 
 
+REGISTERED: list[lsp.RegistrationParams] = []
+
+
 @pytest_lsp.fixture(config=config())
 async def client(lsp_client: LanguageClient):
+    @lsp_client.feature(lsp.CLIENT_REGISTER_CAPABILITY)
+    def register(params: lsp.RegistrationParams) -> None:  # as Neovim does: it watches the files asked for
+        REGISTERED.append(params)
+
+    caps = capabilities("neovim@v0.11.0")
+    caps.workspace.did_change_watched_files.dynamic_registration = True  # type: ignore[union-attr]  (VS Code's)
     await lsp_client.initialize_session(lsp.InitializeParams(
-        capabilities=capabilities("neovim@v0.11.0"), initialization_options={**FAST, "cacheSize": 0},  # every request builds its prompt
+        capabilities=caps, initialization_options={**FAST, "cacheSize": 0},  # every request builds its prompt
         root_uri=WORKSPACE.as_uri()))
     yield
     await lsp_client.shutdown_session()
@@ -93,6 +102,9 @@ async def test_the_imported_definition_reaches_the_prompt_and_crossfile_false_tu
     client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"crossFile": False}))
     assert await complete_and_read_snippets(client) == []
 
+    (registration,) = [r for params in REGISTERED for r in params.registrations]
+    assert registration.method == "workspace/didChangeWatchedFiles"
+    assert "py" in plain(registration.register_options)["watchers"][0]["globPattern"]
     client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"crossFile": True}))
     (WORKSPACE / "app" / "models.py").write_text(
         MODELS + "\n\ndef invoice_amount(invoice: Invoice) -> float:\n    return 0.0\n")

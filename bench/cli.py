@@ -32,6 +32,7 @@ BENCHMARKS = {
     "load": ("dgemma_lsp.bench.load", "one model load: peak host memory, resident bytes, time (first vs cached start)"),
     "rewrite": ("dgemma_lsp.bench.rewrite", "share of a selection kept by \"Rewrite selection\", per strength"),
     "oracle": ("dgemma_lsp.bench.oracle", "the true middle through the infill pipeline, holes cut from real code (no model)"),
+    "crossfile": ("dgemma_lsp.bench.crossfile", "model-free recall of cross-file context on real multi-file packages"),
 }
 
 

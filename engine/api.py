@@ -65,6 +65,27 @@ class HolePlan(msgspec.Struct, frozen=True, kw_only=True):
     """For expression holes: the bracket that closes the hole, already in the document."""
 
 
+class CrossFileSnippet(msgspec.Struct, frozen=True, kw_only=True):
+    """Code from another workspace file, shown to the model before the file (engine/crossfile/)."""
+
+    path: str
+    """The file's path relative to the workspace root (or as given when outside it)."""
+    start_line: int
+    """First line shown, 0-based."""
+    end_line: int
+    """Line one past the last line shown, 0-based."""
+    source: Literal["definition", "open-document", "recent"]
+    """definition: what a name near the cursor resolves to (signatures, docstrings, fields);
+    open-document: the window of another open file most like the code at the cursor;
+    recent: a range recently edited or viewed in another file."""
+    score: float
+    """How strongly it was chosen (its source's own scale; higher is better)."""
+    tokens: int
+    """Estimated tokens of `text`."""
+    text: str
+    """What the prompt shows (definitions: bodies elided)."""
+
+
 class InfillContext(msgspec.Struct, frozen=True, kw_only=True):
     """The text the prompt is built from: a window around the cursor under a token budget."""
 
@@ -78,6 +99,9 @@ class InfillContext(msgspec.Struct, frozen=True, kw_only=True):
     """Normalized language id (python, javascript, typescript, tsx, go, rust, c, cpp, java, lua, plaintext)."""
     tokens: int = 0
     """Estimated tokens of preamble + prefix + suffix."""
+    cross_file: tuple[CrossFileSnippet, ...] = ()
+    """Snippets from other workspace files, shown before the file in the prompt's stable part;
+    their tokens are counted apart from `tokens` (a budget of their own)."""
 
 
 class DenoiseRequest(msgspec.Struct, frozen=True, kw_only=True):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import msgspec
 
 from dgemma_lsp.engine import errors
-from dgemma_lsp.engine.api import Candidate, Draft
+from dgemma_lsp.engine.api import Candidate, CrossFileSnippet, Draft, InfillContext
 from dgemma_lsp.engine.client import EngineClient, EngineUnavailableError
 from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import (
@@ -48,6 +48,9 @@ from .scheduler import CompletionCache, LatestWins, Superseded, slice_hashes
 from .settings import ServerSettings
 
 log = logging.getLogger(__name__)
+
+CrossFileSource = Callable[[str, str, InfillContext, int], tuple[CrossFileSnippet, ...]]
+"""(uri, language, context, budget) -> snippets from other files, run on the syntax worker."""
 
 DraftSink = Callable[[int, str], None]
 """Receives (step, text to insert) for every denoising step."""
@@ -103,6 +106,10 @@ class Completer:
         """Prompt tokens the engine encoded per request, after its prompt cache (for benchmarks)."""
         self.answers_from_drafts = 0
         """Answers that were ready when the result came, finished from the last draft (for benchmarks)."""
+        self.cross_file: CrossFileSource | None = None
+        """Snippets from other files for a prompt (server/workspace.py); None: the file alone."""
+        self.last_cross_file: dict[str, tuple[CrossFileSnippet, ...]] = {}
+        """The snippets of each document's latest prompt (`dgemma.contextSnippets`)."""
 
     async def complete(
         self,
@@ -144,6 +151,8 @@ class Completer:
                 base.apply_change(selected.start, selected.end, selected.text)
             else:
                 base = syntax
+            budget = settings.cross_file_budget
+            source = self.cross_file
             prepared = prepare_infill(
                 base,
                 target.offset,
@@ -151,7 +160,10 @@ class Completer:
                 budget_tokens=settings.context_tokens,
                 cache_key=uri,
                 priority=priority,
+                cross_file=(lambda context: source(uri, base.language, context, budget))
+                if source is not None and budget > 0 else None,
             )
+            self.last_cross_file[uri] = prepared.context.cross_file
             return prepared, base.snapshot() if base is syntax else base
 
         async def work() -> list[Suggestion]:

@@ -326,6 +326,10 @@ class DocumentStore:
     def __contains__(self, uri: str) -> bool:
         return uri in self._documents
 
+    def all(self) -> list[OpenDocument]:
+        """The open documents, most recently opened last."""
+        return list(self._documents.values())
+
     def change(
         self,
         uri: str,

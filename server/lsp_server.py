@@ -39,16 +39,23 @@ from .positions import LineIndex, PositionError
 from .scheduler import CompletionCache, LatestWins, Superseded
 from .settings import SECTION, ServerSettings, decode_settings
 from .stats import StatsRecorder
+from .workspace import WorkspaceContext
 
 log = logging.getLogger(__name__)
 
 REWRITE_COMMAND = "dgemma.rewriteSelection"
 STATUS_COMMAND = "dgemma.status"
 RELOAD_COMMAND = "dgemma.reloadModel"
+CONTEXT_COMMAND = "dgemma.contextSnippets"
+"""The cross-file snippets of a document's latest prompt: [{path, startLine, endLine, source, score,
+tokens}] (docs/context.md)."""
 STATS_COMMAND = "dgemma.serverStats"
 """For benchmarks: the longest event-loop stall, the longest busy pass of the loop and the prompt
 tokens encoded per request since the previous call (the first call starts the loop monitor; with
 `{"probe": true}` it also probes the loop every millisecond, see server/loop_monitor.py)."""
+WATCHED_EXTENSIONS = ("py", "pyi", "js", "mjs", "cjs", "jsx", "ts", "mts", "cts", "tsx", "go", "rs", "c", "h",
+                      "cc", "cpp", "cxx", "hpp", "hh", "java", "lua")
+"""Files whose changes on disk the index wants to hear of (engine/syntax/languages.py's extensions)."""
 DRAFT_NOTIFICATION = "dgemma/draft"
 STATUS_NOTIFICATION = "dgemma/status"
 DID_SHOW = "dgemma/didShowCompletion"
@@ -141,6 +148,8 @@ class DGemmaServer(LanguageServer):
         self.scheduler = LatestWins()
         self.cache = CompletionCache(self.settings.cache_size)
         self.completer = Completer(engine, self.scheduler, self.cache)
+        self.crossfile = WorkspaceContext(self.documents)
+        self.completer.cross_file = self.crossfile.snippets
         self.stats = StatsRecorder()
         self._pending_problems: list[str] = []
         self._last_status: dict[str, Any] | None = None
@@ -289,6 +298,21 @@ class DGemmaServer(LanguageServer):
             ),
         )
 
+    async def watch_workspace_files(self) -> None:
+        """Ask the client for `workspace/didChangeWatchedFiles` on source files (the index follows the disk)."""
+        workspace = self.client_capabilities.workspace
+        watched = workspace.did_change_watched_files if workspace else None
+        if self.crossfile.index is None or not (watched and watched.dynamic_registration):
+            return
+        pattern = "**/*.{" + ",".join(sorted(WATCHED_EXTENSIONS)) + "}"
+        try:
+            await self.client_register_capability_async(lsp.RegistrationParams(registrations=[lsp.Registration(
+                id=f"dgemma-watch-{uuid.uuid4().hex[:8]}", method=lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                register_options=lsp.DidChangeWatchedFilesRegistrationOptions(
+                    watchers=[lsp.FileSystemWatcher(glob_pattern=pattern)]))]))
+        except Exception as error:  # the client refused: the index follows open documents only
+            log.info("no file watching: %s", error)
+
     # -- results -----------------------------------------------------------------------------
 
     def inline_items(self, lines: LineIndex, cursor: int, result: list[Suggestion] | Superseded):
@@ -346,12 +370,15 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
     def initialize(ls: DGemmaServer, params: lsp.InitializeParams) -> None:
         # Problems are shown after `initialized`: messages before the initialize answer are discouraged.
         ls.apply_settings(params.initialization_options, show_problems=False)
+        folders = params.workspace_folders or []
+        ls.crossfile.open_workspace(folders[0].uri if folders else params.root_uri)
 
     @server.feature(lsp.INITIALIZED)
     async def initialized(ls: DGemmaServer, params: lsp.InitializedParams) -> None:
         if ls._pending_problems:
             problems, ls._pending_problems = ls._pending_problems, []
             ls.show_settings_problems(problems)
+        asyncio.ensure_future(ls.watch_workspace_files())
         await ls.start_engine()
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
@@ -372,11 +399,26 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
             ls.documents.change(params.text_document.uri, params.text_document.version, changes, ls.encoding)
         except (UnknownDocumentError, PositionError) as error:
             log.error("didChange ignored, client and server disagree: %s", error)
+            return
+        first = changes[0][0] if changes else None
+        ls.crossfile.edited(params.text_document.uri, first[0] if first is not None else 0)
+
+    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: DGemmaServer, params: lsp.DidSaveTextDocumentParams) -> None:
+        ls.crossfile.saved(params.text_document.uri)
+
+    @server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: DGemmaServer, params: lsp.DidChangeWatchedFilesParams) -> None:
+        kinds = {lsp.FileChangeType.Created: "created", lsp.FileChangeType.Changed: "changed",
+                 lsp.FileChangeType.Deleted: "deleted"}
+        ls.crossfile.files_changed([(change.uri, kinds.get(change.type, "changed")) for change in params.changes])
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: DGemmaServer, params: lsp.DidCloseTextDocumentParams) -> None:
         ls.scheduler.supersede(params.text_document.uri)
         ls.documents.close(params.text_document.uri)
+        ls.crossfile.closed(params.text_document.uri)
+        ls.completer.last_cross_file.pop(params.text_document.uri, None)
         ls.cache.clear(params.text_document.uri)
         ls.engine.forget(params.text_document.uri)  # its prompt-cache snapshot, in the engine or its daemon
 
@@ -403,6 +445,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
             start, end = ls.span(document, info.range)
             selected = Selected(start, end, info.text)
         on_draft = draft_sink(ls, document, params.position) if ls.settings.drafts else None
+        ls.crossfile.viewed(document.uri, params.position.line)
         lines = document.lines  # the answer's positions refer to the text as of this request
         started = time.perf_counter()
         result = await ls.completer.complete(
@@ -469,6 +512,14 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls._load_error_shown = False  # a new failure is shown again
         status = await ls.engine.reload()
         return status_payload(status, ls.scheduler.in_flight)
+    @server.command(CONTEXT_COMMAND)
+    def context_snippets(ls: DGemmaServer, *args: Any):
+        if len(args) != 1 or not isinstance(args[0], str):
+            raise JsonRpcInvalidParams(f"{CONTEXT_COMMAND} takes (uri)")
+        return [{"path": s.path, "startLine": s.start_line, "endLine": s.end_line, "source": s.source,
+                 "score": s.score, "tokens": s.tokens, "text": s.text}
+                for s in ls.completer.last_cross_file.get(args[0], ())]
+
     @server.command(STATS_COMMAND)
     def server_stats(ls: DGemmaServer, *args: Any):
         options = args[0] if len(args) == 1 else {}

@@ -19,7 +19,13 @@ import msgspec
 from dgemma_lsp.engine.api import GenerationSettings
 from dgemma_lsp.engine.errors import EngineError
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
-from dgemma_lsp.engine.syntax.infill import finish_candidates, finish_rewrite, prepare_infill, prepare_rewrite
+from dgemma_lsp.engine.syntax.infill import (
+    DEFAULT_CONTEXT_TOKENS,
+    finish_candidates,
+    finish_rewrite,
+    prepare_infill,
+    prepare_rewrite,
+)
 from dgemma_lsp.engine.syntax.languages import language_for_path
 
 LARGE_FILE_CHARS = 1_000_000
@@ -45,6 +51,13 @@ def _add_generation_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_complete_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("position", metavar="FILE:LINE:COL", help="cursor position, 1-based")
+    parser.add_argument("--workspace", default=None,
+                        help="folder whose files give cross-file context (default: the nearest folder above "
+                             "FILE with .git or a project file, else FILE's folder)")
+    parser.add_argument("--no-cross-file", dest="cross_file", action="store_false",
+                        help="send the current file alone (no snippets from other files)")
+    parser.add_argument("--cross-file-tokens", type=int, default=None,
+                        help="budget of the cross-file snippets (default: a quarter of the context budget)")
     _add_generation_arguments(parser)
 
 
@@ -88,9 +101,10 @@ def _complete(args: argparse.Namespace) -> int:
     offset = _offset(text, rest, args.position)
     text, offset = _window_large_text(text, offset)
     doc = SyntaxDocument(text, language_for_path(str(path)))
+    cross_file = _cross_file(args, path, doc.language)
     service = _service(args)
     load_ms = _load(service)
-    prepared = prepare_infill(doc, offset, _settings(args))
+    prepared = prepare_infill(doc, offset, _settings(args), cross_file=cross_file)
     result = service.denoise(prepared.request, on_draft=_draft_printer(args))
     candidates = finish_candidates(prepared, doc, result)
     if not args.json:
@@ -104,6 +118,11 @@ def _complete(args: argparse.Namespace) -> int:
             "stop": prepared.plan.stop,
             "contextTokens": prepared.context.tokens,
         },
+        "crossFile": [
+            {"path": s.path, "lines": [s.start_line + 1, s.end_line], "source": s.source, "score": s.score,
+             "tokens": s.tokens}
+            for s in prepared.context.cross_file
+        ],
         "candidates": msgspec.to_builtins(candidates),
         **_result_fields(result, load_ms, service),
     }
@@ -144,6 +163,37 @@ def _rewrite(args: argparse.Namespace) -> int:
 
 
 # -- helpers ---------------------------------------------------------------------
+
+
+PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "package.json", "go.mod", "Cargo.toml", "pom.xml",
+                   "build.gradle", "CMakeLists.txt", "Makefile")
+
+
+def _cross_file(args: argparse.Namespace, path: Path, language: str):
+    """The prepare_infill provider over a workspace index built now (bounded), or None when switched off."""
+    if not getattr(args, "cross_file", True):
+        return None
+    budget = args.cross_file_tokens if args.cross_file_tokens is not None else DEFAULT_CONTEXT_TOKENS // 4
+    if budget < 0:
+        raise UsageError(f"--cross-file-tokens must be >= 0, got {budget}")
+    if budget == 0:
+        return None
+    from dgemma_lsp.engine.crossfile.gather import CrossFileSources
+    from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
+
+    file = path.resolve()
+    if args.workspace is not None:
+        root = Path(args.workspace).resolve()
+        if not root.is_dir():
+            raise UsageError(f"--workspace {args.workspace}: not a folder")
+    else:
+        root = next((folder for folder in file.parents if any((folder / m).exists() for m in PROJECT_MARKERS)),
+                    file.parent)
+    index = WorkspaceIndex(str(root))
+    index.build()
+    index.update(str(file), None)  # the file itself, even when its folder's rules leave it out
+    sources = CrossFileSources(index)
+    return lambda context: sources.snippets(str(file), language, context, budget)
 
 
 def _guarded(command, args: argparse.Namespace) -> int:

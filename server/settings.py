@@ -41,6 +41,10 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
     """Coalescing window: a cache miss waits this long for a newer keystroke before denoising."""
     context_tokens: Annotated[int, msgspec.Meta(ge=64, le=131072)] = 2048
     """Token budget of the code around the cursor that goes into the prompt."""
+    cross_file: bool = True
+    """Show the model snippets from other workspace files (docs/context.md); false sends the current file alone."""
+    cross_file_tokens: Annotated[int, msgspec.Meta(ge=0, le=65536)] | None = None
+    """Token budget of those snippets, apart from `contextTokens`; null: a quarter of `contextTokens`."""
     rewrite_strength: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.6
     """How much of the selection "Rewrite selection" renoises: 1 writes it afresh."""
     early_stop: bool = True
@@ -59,6 +63,13 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
     @property
     def prompt_cache_bytes(self) -> int | None:
         return None if self.prompt_cache_mb is None else self.prompt_cache_mb * 1024 * 1024
+
+    @property
+    def cross_file_budget(self) -> int:
+        """Tokens the cross-file snippets may take (0 when switched off)."""
+        if not self.cross_file:
+            return 0
+        return self.context_tokens // 4 if self.cross_file_tokens is None else self.cross_file_tokens
 
     @property
     def wants_status(self) -> bool:

@@ -14,6 +14,9 @@ vocabulary has no FIM tokens:
   marker, then the rest of the cursor's line. Everything but the cursor's line is in
   the stable part, so a keystroke re-encodes a few tokens instead of the whole suffix.
 When a tokenizer does have FIM tokens, the PSM form is used instead.
+Snippets from other files (`InfillContext.cross_file`) come first, each file's under its
+path, right after the instruction: inside the stable part, so a keystroke keeps them cached
+(with FIM tokens: as line comments before the code).
 `PromptLayout` lays the text out and needs no tokenizer (a remote engine sends
 that text as it is); `PromptBuilder` encodes it. Knows the tokenizer; knows
 nothing of torch or LSP (importing this module loads neither).
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ..api import InfillContext
+from ..api import CrossFileSnippet, InfillContext
 
 CURSOR_MARKER = "<CURSOR>"
 
@@ -43,6 +46,11 @@ SUFFIX_FIRST_BEFORE = "\n\nThe file up to {marker} and the rest of its line:\n\n
 
 PROMPT_LAYOUTS = ("natural", "suffix-first")
 DEFAULT_PROMPT_LAYOUT = "natural"
+
+CROSS_FILE_HEAD = "\n\nCode from other files of the workspace, for reference:"
+CROSS_FILE_BLOCK = "\n\nFrom {path}:\n\n{fence}\n{text}\n```"
+"""One file's snippets (in the order given, joined by a blank line) under its path."""
+_LINE_COMMENT = {"python": "#", "lua": "--", "plaintext": "#"}
 
 REWRITE_ORIGINAL = "\n\nThe code at {marker} is now:\n\n{fence}\n{original}\n```"
 """A rewrite's selection as it is now, shown after the file: the model sees what it rewrites
@@ -113,13 +121,14 @@ class PromptLayout:
         if self.fim_tokens and not rewrite:
             prefix_token, suffix_token, middle_token = self.fim_tokens
             return PromptText(
-                stable=prefix_token + stable_code,
+                stable=prefix_token + cross_file_comments(context.cross_file, context.language) + stable_code,
                 tail=line_before_cursor + suffix_token + context.suffix + middle_token,
             )
         fence = "```" + ("" if context.language == "plaintext" else context.language)
         instruction = (REWRITE_INSTRUCTION if rewrite else INFILL_INSTRUCTION).format(
             marker=CURSOR_MARKER, language=context.language
         )
+        instruction += cross_file_text(context.cross_file, fence)
         if (layout or DEFAULT_PROMPT_LAYOUT) == "suffix-first" and not rewrite:
             # The cursor's line stays whole in the tail; what is after it leads the stable part.
             rest_of_line, newline, after = context.suffix.partition("\n")
@@ -134,6 +143,34 @@ class PromptLayout:
             stable=f"{self.template_head}{instruction}\n\n{fence}\n{stable_code}",
             tail=f"{line_before_cursor}{CURSOR_MARKER}{context.suffix}\n```{shown}{self.template_tail}",
         )
+
+
+def cross_file_text(snippets: tuple[CrossFileSnippet, ...], fence: str) -> str:
+    """The snippets as fenced blocks, one per file under its path ("" when there are none)."""
+    if not snippets:
+        return ""
+    parts = [CROSS_FILE_HEAD]
+    for path, texts in _by_path(snippets):
+        parts.append(CROSS_FILE_BLOCK.format(path=path, fence=fence, text="\n\n".join(texts)))
+    return "".join(parts)
+
+
+def cross_file_comments(snippets: tuple[CrossFileSnippet, ...], language: str) -> str:
+    """The snippets as line comments, each file under its path (a FIM prompt has no room for prose)."""
+    mark = _LINE_COMMENT.get(language, "//")
+    lines: list[str] = []
+    for path, texts in _by_path(snippets):
+        lines.append(f"{mark} From {path}:")
+        lines.extend(f"{mark} {line}".rstrip() for text in texts for line in text.split("\n"))
+    return "".join(line + "\n" for line in lines)
+
+
+def _by_path(snippets: tuple[CrossFileSnippet, ...]) -> list[tuple[str, list[str]]]:
+    """Snippets grouped by file, files in order of their first snippet."""
+    groups: dict[str, list[str]] = {}
+    for snippet in snippets:
+        groups.setdefault(snippet.path, []).append(snippet.text)
+    return list(groups.items())
 
 
 class PromptBuilder:

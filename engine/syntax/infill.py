@@ -9,10 +9,13 @@ process), so it knows tree-sitter but no torch and no LSP. Offsets are str indic
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from ..api import (
     Candidate,
+    CrossFileSnippet,
     DenoiseRequest,
     DenoiseResult,
     GenerationSettings,
@@ -29,6 +32,10 @@ from .validation import CandidateChecker, rank_candidates
 DEFAULT_CONTEXT_TOKENS = 2048
 """Prefix + suffix + preamble budget. The real model has a 256K window, but every
 prompt token costs encoder time on a cache miss; 2K keeps a miss under ~20 ms."""
+
+
+CrossFileProvider = Callable[[InfillContext], tuple[CrossFileSnippet, ...]]
+"""Snippets from other files for a prompt whose window is the given context (engine/crossfile/)."""
 
 
 class PreparedInfill(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,11 +59,16 @@ def prepare_infill(
     budget_tokens: int = DEFAULT_CONTEXT_TOKENS,
     cache_key: str | None = None,
     priority: int = 0,
+    cross_file: CrossFileProvider | None = None,
 ) -> PreparedInfill:
-    """Plan the hole at `offset` and build the denoiser request for it."""
+    """Plan the hole at `offset` and build the denoiser request for it.
+
+    `cross_file`: when given, its snippets from other files join the context (a budget of their own)."""
     assert 0 <= offset <= len(doc.text), f"offset {offset} outside document of {len(doc.text)} chars"
     plan = plan_hole(doc, offset)
     context = build_context(doc, offset, plan, budget_tokens)
+    if cross_file is not None:
+        context = msgspec.structs.replace(context, cross_file=cross_file(context))
     request = DenoiseRequest(context=context, settings=settings, cache_key=cache_key, priority=priority)
     return PreparedInfill(offset=offset, plan=plan, context=context, request=request)
 

@@ -13,7 +13,7 @@ import * as vscode from 'vscode';
 /** Server settings the extension mirrors; a null value means "the server's default" and is not sent. */
 const SERVER_SETTING_KEYS = [
   'enable', 'drafts', 'maxCandidates', 'steps', 'maxTokens', 'seed',
-  'debounceMs', 'contextTokens', 'rewriteStrength', 'promptCacheMB',
+  'debounceMs', 'contextTokens', 'crossFile', 'crossFileTokens', 'rewriteStrength', 'promptCacheMB',
 ] as const;
 
 export function serverSettings(): Record<string, unknown> {

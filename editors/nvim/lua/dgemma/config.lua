@@ -22,7 +22,7 @@ M.defaults = {
   -- Files or folders that mark a project root; with none found the server runs in single-file mode.
   root_markers = { '.git' },
   -- Server settings, sent as initializationOptions (camelCase, as the server reads them):
-  -- drafts, maxCandidates, steps, maxTokens, seed, debounceMs, contextTokens, rewriteStrength,
+  -- drafts, maxCandidates, steps, maxTokens, seed, debounceMs, contextTokens, crossFile, crossFileTokens, rewriteStrength,
   -- promptCacheMB.
   -- `drafts = true` asks for streamed `dgemma/draft` notifications, drawn while the model denoises.
   settings = { drafts = true },

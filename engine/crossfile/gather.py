@@ -1,0 +1,380 @@
+"""Picks the cross-file snippets one prompt shows, under their own token budget.
+
+Sources, in this order of the budget: definitions (what the file's imports and its own
+package resolve to, scored by the names and words of the code near the cursor: a name
+used there scores highest, then a name the file imports, then words shared with it, rare
+words weighing more; a class's members inherit part of its score, so the methods of a type
+used at the cursor come with it), the most similar window of each other open document of
+the same language, and recently edited or viewed ranges of other files. A definition is
+shown as its signature, docstring line and fields (outline.py), never its body.
+
+Stable while the user types on one line: the snippets depend only on the code near the
+cursor *outside* its line (the context's prefix up to the cursor's line and its suffix
+after it) and on the other files' state, and a request with all of those unchanged gets
+the very same tuple back (memoized), so the prompt's stable part, which they lead, keeps
+its cache. Nothing the window already shows is picked (snippets come from other files only).
+Knows the index and the engine's types; knows nothing of tree-sitter trees, torch or LSP.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import os
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+
+from ..api import CrossFileSnippet, InfillContext
+from ..syntax.context import approx_token_count
+from .index import WorkspaceIndex
+from .neighbours import OpenFile, RecentRanges, SimilarWindows, identifiers
+from .outline import Definition, words_of
+from .resolve import Link, resolve_imports
+
+OPEN_DOCUMENT_SHARE = 0.25
+"""Of the cross-file budget, kept for similar windows of open documents (when there are any)."""
+RECENT_SHARE = 0.15
+"""Of the cross-file budget, kept for recent ranges (when there are any)."""
+NEAR_LINES = 6
+"""Lines before the cursor's line whose words count double (the code the answer continues)."""
+WORD_LINES_BEFORE = 40
+WORD_LINES_AFTER = 10
+"""Lines around the cursor's line whose words retrieval matches (further code says less about the next line)."""
+SIBLING_WEIGHT = 0.5
+"""Scores of the definitions of the other files in the file's folder that it does not import."""
+RECENT_CONTEXT_LINES = 4
+"""Lines shown either side of a recent line."""
+USED_BONUS = 2.0
+"""Score of a definition whose name the code near the cursor uses (its signature helps the call)."""
+IMPORTED_BONUS = 1.0
+"""Score of a definition the file imports by name."""
+AFFINITY = 0.3
+"""Score per name of its module (x2: of its type) that the code near the cursor uses, up to 5."""
+DOC_SCORE = 3.0
+"""Definitions scoring this much show their doc line too (the others: signatures alone, so more fit)."""
+LOCALITY = 0.4
+"""Score of a definition right next to one the code near the cursor uses (less further away)."""
+LOCALITY_LINES = 60
+"""How far (in lines) locality reaches."""
+MAX_MISSES = 64
+"""Definitions too big for what is left of the budget before the choice stops looking."""
+MAX_LINKED_FILES = 40
+"""Files whose definitions compete for one prompt (the file's imports first, then theirs)."""
+SECOND_HAND_WEIGHT = 0.5
+"""Scores of the definitions of a file that an imported file imports."""
+HEADER_TOKENS = 12
+"""Tokens of a file's heading in the prompt ("From path:" and its fence)."""
+_MEMO_SIZE = 32
+
+
+class CrossFileSources:
+    """The index, the open documents and the recent ranges of one session, and the choice among them."""
+
+    def __init__(self, index: WorkspaceIndex | None, open_files: Callable[[], list[OpenFile]] | None = None,
+                 recent: RecentRanges | None = None) -> None:
+        self.index = index
+        self.open_files = open_files or (lambda: [])
+        self.recent = recent or RecentRanges()
+        self.windows = SimilarWindows()
+        self._memo: OrderedDict[str, tuple[tuple, tuple[CrossFileSnippet, ...]]] = OrderedDict()
+        self._links: dict[str, tuple[int, object, list]] = {}
+        self._weights_generation = -1
+        self._idf: dict[str, float] = {}
+        self._totals: dict[int, float] = {}
+        """id(definition) -> its words' total weight (the index keeps the definitions alive)."""
+        self._costs: dict[tuple[int, bool, bool], int] = {}
+
+    def snippets(self, path: str | None, language: str, context: InfillContext,
+                 budget: int) -> tuple[CrossFileSnippet, ...]:
+        """The snippets for a prompt of the file at `path` whose window is `context`, within `budget` tokens."""
+        if budget <= 0:
+            return ()
+        path = os.path.abspath(path) if path else ""
+        before = context.prefix[: context.prefix.rfind("\n") + 1]
+        newline = context.suffix.find("\n")
+        after = context.suffix[newline + 1:] if newline >= 0 else ""
+        others = [f for f in self.open_files() if f.path != path and f.language == language]
+        recent = self.recent.others(path)
+        index = self.index
+        key = (language, hash(before), hash(after), budget,
+               index.generation_without(path) if index is not None else 0,
+               tuple((f.path, f.revision) for f in others), recent)
+        memo = self._memo.get(path)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        chosen = self._choose(path, language, before, after, others, recent, budget)
+        self._memo[path] = (key, chosen)
+        self._memo.move_to_end(path)
+        while len(self._memo) > _MEMO_SIZE:
+            self._memo.popitem(last=False)
+        return chosen
+
+    # -- choosing --------------------------------------------------------------------------------
+
+    def _choose(self, path: str, language: str, before: str, after: str, others: list[OpenFile],
+                recent: tuple, budget: int) -> tuple[CrossFileSnippet, ...]:
+        query = identifiers("\n".join(before.split("\n")[-WINDOW_QUERY_LINES:]))
+        similar = self.windows.best(others, query) if others else []
+        texts = {f.path: f.text for f in others}
+        reserve_open = int(budget * OPEN_DOCUMENT_SHARE) if similar else 0
+        recent_here = [e for e in recent if e[0] in texts or self._open_text(e[0]) is not None]
+        reserve_recent = int(budget * RECENT_SHARE) if recent_here else 0
+        picked: list[CrossFileSnippet] = []
+        shown: dict[str, list[tuple[int, int]]] = {}
+        spent = self._definitions(path, before, after, budget - reserve_open - reserve_recent, picked, shown)
+        left = budget - spent
+        spent_open = 0
+        for file, start, end, score in similar[:4]:
+            lines = file.text.split("\n")[start:end]
+            text = "\n".join(lines).strip("\n")
+            cost = self._cost(text, file.path, shown)
+            if not text or _overlaps(shown, file.path, start, end) or spent_open + cost > min(left, max(
+                    reserve_open, left - reserve_recent)):
+                continue
+            spent_open += cost
+            picked.append(self._snippet(file.path, start, end, "open-document", score, text))
+            shown.setdefault(file.path, []).append((start, end))
+        left -= spent_open
+        for rank, (other, line, _kind) in enumerate(recent_here):
+            text_of = texts.get(other) or self._open_text(other) or ""
+            lines = text_of.split("\n")
+            start, end = max(0, line - RECENT_CONTEXT_LINES), min(len(lines), line + RECENT_CONTEXT_LINES + 1)
+            text = "\n".join(lines[start:end]).strip("\n")
+            cost = self._cost(text, other, shown)
+            if not text.strip() or _overlaps(shown, other, start, end) or cost > left:
+                continue
+            left -= cost
+            picked.append(self._snippet(other, start, end, "recent", 1.0 / (1 + rank), text))
+            shown.setdefault(other, []).append((start, end))
+        return tuple(picked)
+
+    def _open_text(self, path: str) -> str | None:
+        for file in self.open_files():
+            if file.path == path:
+                return file.text
+        return None
+
+    def _definitions(self, path: str, before: str, after: str, budget: int, picked: list,
+                     shown: dict) -> int:
+        index = self.index
+        if index is None or budget <= 0 or path not in index.files:
+            return 0
+        links = [(link, 1.0) for link in self._resolved(path)]
+        if not links:
+            return 0
+        # What the imported files import in turn (a base class's base, a re-exported name), weighed
+        # down: the names near the cursor often belong to a type two imports away.
+        seen = {path} | {link.path for link, _weight in links}
+        for link, _weight in list(links):
+            for second in self._resolved(link.path):
+                if second.path not in seen and len(links) < MAX_LINKED_FILES:
+                    seen.add(second.path)
+                    links.append((second, SECOND_HAND_WEIGHT))
+        self._weights()
+        if len(links) < MAX_LINKED_FILES:  # the file's own folder: its package, imported or not
+            directory = os.path.dirname(path)
+            language = index.files[path].language
+            for sibling in sorted(index.by_dir.get(directory, ())):
+                outline = index.files.get(sibling)
+                if sibling not in seen and outline is not None and outline.language == language \
+                        and len(links) < MAX_LINKED_FILES:
+                    seen.add(sibling)
+                    links.append((Link(sibling), SIBLING_WEIGHT))
+        near_names = Counter(identifiers(before + after))
+        near_weight: Counter[str] = Counter()
+        before_lines = before.split("\n")
+        for lines, weight in ((before_lines[-WORD_LINES_BEFORE - 1:], 1.0), (after.split("\n")[:WORD_LINES_AFTER], 1.0),
+                              (before_lines[-NEAR_LINES - 1:], 1.0)):
+            for word in words_of("\n".join(lines)):
+                near_weight[word] += weight
+        scored: list[tuple[float, int, str, Definition, list[tuple[float, Definition]]]] = []
+        order = 0
+        # Affinity: a type whose members the code near the cursor already uses (`msg.get_payload()`)
+        # likely has the member the next line needs; likewise a module whose names it uses.
+        type_affinity: Counter[str] = Counter()
+        for link, _weight in links:
+            outline = index.files.get(link.path)
+            for definition in outline.definitions if outline is not None else ():
+                if definition.parent is not None and definition.name in near_names:
+                    type_affinity[definition.parent] += 1
+        for link, weight in links:
+            outline = index.files.get(link.path)
+            if outline is None:
+                continue
+            used = sum(1 for d in outline.definitions if d.parent is None and d.name in near_names)
+            used += 2 if link.alias and link.alias in near_names else 0  # `utils.` near the cursor
+            used = AFFINITY * min(used, 5)
+            tops: dict[str, tuple[float, Definition]] = {}
+            members: dict[str, list[tuple[float, Definition]]] = {}
+            # Locality: helpers are defined near what they help; lines of the definitions used near
+            # the cursor, whose neighbours in their file score up.
+            anchors = sorted(d.start_line for d in outline.definitions if d.name in near_names)
+            for definition in outline.definitions:
+                score = self._similarity(definition, near_weight) + used
+                if anchors:
+                    score += LOCALITY * _closeness(anchors, definition.start_line)
+                if definition.name in near_names:
+                    score += USED_BONUS
+                if definition.name in link.names:
+                    score += IMPORTED_BONUS
+                if definition.parent is not None:
+                    score += 2 * AFFINITY * min(type_affinity[definition.parent], 5)
+                score *= weight
+                if definition.parent is None:
+                    tops[definition.name] = (score, definition)
+                else:
+                    members.setdefault(definition.parent, []).append((score, definition))
+            for parent, group in members.items():
+                # A member of a type defined elsewhere (a Go method in another file of the package):
+                # it stands alone, with its receiver's name as the header.
+                if parent not in tops:
+                    for score, member in group:
+                        order += 1
+                        scored.append((score, order, link.path, member, []))
+            for name, (score, definition) in tops.items():
+                group = members.get(name, [])
+                bonus = 0.5 * score
+                order += 1
+                scored.append((score, order, link.path, definition,
+                               [(bonus + member_score, member) for member_score, member in group]))
+        # Best first: a definition alone, or a type with the members that score above it; members
+        # of a chosen type may also come in on their own score later (as items of their own).
+        items: list[tuple[float, int, str, Definition, Definition | None]] = []
+        for score, order, file, definition, group in scored:
+            items.append((score, order, file, definition, None))
+            for member_score, member in group:
+                items.append((member_score, order, file, member, definition))
+        items.sort(key=lambda item: (-item[0], item[1]))
+        chosen: dict[tuple[str, int], list] = {}  # (file, top start line) -> [top, score, members]
+        spent = misses = 0
+        for score, _order, file, definition, parent in items:
+            if score <= 0.05:
+                break
+            top = parent or definition
+            slot = chosen.get((file, top.start_line))
+            if slot is not None and (parent is None or any(m is definition for m, _ in slot[2])):
+                continue
+            if _overlaps(shown, file, top.start_line, top.end_line) and slot is None:
+                continue
+            language = index.files[file].language
+            cost = self._cost_of(definition, language, False, score >= DOC_SCORE)
+            if slot is None:
+                if parent is not None:
+                    cost += self._cost_of(parent, language, True, False)
+                if file not in shown and not any(k[0] == file for k in chosen):
+                    cost += HEADER_TOKENS
+            if spent + cost > budget:
+                misses += 1
+                if misses > MAX_MISSES or budget - spent < 8:
+                    break  # nothing small enough is likely to come: the rest is the tail of the ranking
+                continue
+            spent += cost
+            if slot is None:
+                slot = chosen[(file, top.start_line)] = [top, score, [], parent is None]
+            if parent is not None:
+                slot[2].append((definition, score))
+        by_file: dict[str, list] = {}
+        for (file, _line), slot in chosen.items():
+            by_file.setdefault(file, []).append(slot)
+        for file in by_file:  # files in the order their best snippet was chosen
+            for top, score, members, whole in sorted(by_file[file], key=lambda s: s[0].start_line):
+                language = index.files[file].language
+                # As budgeted: a type that came in for its members shows its header alone.
+                text = _render(top, language, header_only=not whole or bool(members),
+                               with_doc=whole and score >= DOC_SCORE)
+                if members:
+                    text += "\n" + "\n".join(_render(m, language, with_doc=member_score >= DOC_SCORE)
+                                              for m, member_score in sorted(members, key=lambda m: m[0].start_line))
+                picked.append(self._snippet(file, top.start_line, top.end_line, "definition", round(score, 3), text))
+                shown.setdefault(file, []).append((top.start_line, top.end_line))
+        return spent
+
+    def _weights(self) -> None:
+        """Word weights and per-definition totals, remembered for one index generation."""
+        if self._weights_generation != self.index.generation:
+            self._weights_generation = self.index.generation
+            self._idf.clear()
+            self._totals.clear()
+            self._costs.clear()
+
+    def _similarity(self, definition: Definition, near: Counter[str]) -> float:
+        """Shared words, rare ones weighing more, over the definition's own word weight (BM25's spirit)."""
+        idf = self._idf
+        shared = 0.0
+        for word in definition.words:
+            if word in near:
+                weight = idf.get(word)
+                if weight is None:
+                    weight = idf[word] = self.index.idf(word)
+                shared += weight * min(near[word], 3)
+        if not shared:
+            return 0.0
+        total = self._totals.get(id(definition))
+        if total is None:
+            total = 0.0
+            for word in definition.words:
+                weight = idf.get(word)
+                if weight is None:
+                    weight = idf[word] = self.index.idf(word)
+                total += weight
+            self._totals[id(definition)] = total
+        return shared / math.sqrt(total + 1.0)
+
+    def _cost_of(self, definition: Definition, language: str, header_only: bool, with_doc: bool) -> int:
+        key = (id(definition), header_only, with_doc)
+        cost = self._costs.get(key)
+        if cost is None:
+            cost = self._costs[key] = _tokens(_render(definition, language, header_only, with_doc)) + 1
+        return cost
+
+    def _resolved(self, path: str) -> list:
+        index = self.index
+        outline = index.files[path]
+        cached = self._links.get(path)
+        if cached is not None and cached[0] == index.generation_without(path) and cached[1] is outline:
+            return cached[2]
+        links = resolve_imports(path, outline, index)
+        self._links[path] = (index.generation_without(path), outline, links)
+        return links
+
+    def _snippet(self, path: str, start: int, end: int, source: str, score: float, text: str) -> CrossFileSnippet:
+        shown_path = self.index.relative(path) if self.index is not None else path
+        return CrossFileSnippet(path=shown_path, start_line=start, end_line=end, source=source,
+                                score=float(score), tokens=_tokens(text), text=text)
+
+    @staticmethod
+    def _cost(text: str, path: str, shown: dict) -> int:
+        return _tokens(text) + (0 if path in shown else HEADER_TOKENS)
+
+
+WINDOW_QUERY_LINES = 20
+"""Lines before the cursor's line whose identifiers are matched against open documents' windows."""
+
+
+def _render(definition: Definition, language: str, header_only: bool = False, with_doc: bool = True) -> str:
+    """The definition as the prompt shows it: its signature (or header), with its doc line if asked."""
+    signature = definition.signature
+    if header_only:
+        signature = signature.split("\n")[0].rstrip()
+    doc = definition.doc if with_doc else ""
+    if not doc:
+        return signature
+    indent = signature[: len(signature) - len(signature.lstrip())]
+    if language == "python":
+        return f'{signature.removesuffix(" ...")}\n{indent}    """{doc}"""'
+    return f"{indent}{'--' if language == 'lua' else '//'} {doc}\n{signature}"
+
+
+def _closeness(anchors: list[int], line: int) -> float:
+    """1 at an anchor line, falling linearly to 0 LOCALITY_LINES away from the nearest one."""
+    at = bisect.bisect_left(anchors, line)
+    nearest = min(abs(anchors[i] - line) for i in (at - 1, at) if 0 <= i < len(anchors))
+    return max(0.0, 1.0 - nearest / LOCALITY_LINES)
+
+
+def _tokens(text: str) -> int:
+    return approx_token_count(text)
+
+
+def _overlaps(shown: dict, path: str, start: int, end: int) -> bool:
+    return any(start < e and s < end for s, e in shown.get(path, ()))

@@ -1,0 +1,156 @@
+"""The session's cross-file context: the workspace index kept current, and the sources a prompt draws on.
+
+Owns when the index (engine/crossfile/index.py) is built and updated: the initial walk
+runs on the syntax worker a few files at a time, only while the client is quiet (the same
+rule as a document's catch-up parse, server/documents.py), so it never competes with a
+keystroke; open documents are re-read into it when the client is quiet after a change or
+at once on save; `workspace/didChangeWatchedFiles` re-reads or drops files from disk. Every
+index access runs on the worker (the index has one owner). Also notes the lines the user
+edits and views (the recent-ranges ring) and hands the open documents to the sources.
+Knows URIs, the document store and the engine's crossfile room; knows nothing of pygls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from urllib.parse import unquote, urlparse
+
+from dgemma_lsp.engine.api import CrossFileSnippet, InfillContext
+from dgemma_lsp.engine.crossfile.gather import CrossFileSources
+from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
+from dgemma_lsp.engine.crossfile.neighbours import OpenFile, RecentRanges
+from dgemma_lsp.engine.syntax.languages import normalize_language
+
+from .documents import DocumentStore, SyntaxWorker
+
+log = logging.getLogger(__name__)
+
+
+def uri_to_path(uri: str) -> str | None:
+    """The local path of a file:// URI, else None."""
+    parsed = urlparse(uri)
+    if parsed.scheme != "file":
+        return None
+    return os.path.abspath(unquote(parsed.path))
+
+
+class WorkspaceContext:
+    """The index of one workspace folder (or none), the recent ranges, and the snippet choice."""
+
+    def __init__(self, documents: DocumentStore) -> None:
+        self.documents = documents
+        self.worker: SyntaxWorker = documents.worker
+        self.recent = RecentRanges()
+        self.index: WorkspaceIndex | None = None
+        self.sources = CrossFileSources(None, self._open_files, self.recent)
+        self._dirty: set[str] = set()
+        self._update_posted = False
+        self._build_posted = False
+
+    # -- event loop side -----------------------------------------------------------------------
+
+    def open_workspace(self, root_uri: str | None) -> None:
+        """Start indexing the folder at `root_uri` in the background (None: no workspace, no index)."""
+        root = uri_to_path(root_uri) if root_uri else None
+        if root is None or not os.path.isdir(root):
+            return
+        self.index = WorkspaceIndex(root)
+        self.sources.index = self.index
+        self._post_build()
+
+    def edited(self, uri: str, line: int) -> None:
+        """A change at `line` of an open document: noted as recent; its outline is re-read when quiet."""
+        path = uri_to_path(uri)
+        if path is None:
+            return
+        self.recent.note(path, line, "edited")
+        self._dirty.add(uri)
+        if not self._update_posted:
+            self._update_posted = True
+            self.worker.post(self._update_dirty)
+
+    def viewed(self, uri: str, line: int) -> None:
+        path = uri_to_path(uri)
+        if path is not None:
+            self.recent.note(path, line, "viewed")
+
+    def saved(self, uri: str) -> None:
+        self._dirty.add(uri)
+        self.worker.post(lambda: self._reindex(uri))
+
+    def closed(self, uri: str) -> None:
+        path = uri_to_path(uri)
+        self._dirty.discard(uri)
+        if path is not None and self.index is not None:
+            index = self.index
+            self.worker.post(lambda: index.update(path))  # back to what is on disk
+
+    def files_changed(self, changes: list[tuple[str, str]]) -> None:
+        """`workspace/didChangeWatchedFiles`: (uri, "created" | "changed" | "deleted") each."""
+        index = self.index
+        if index is None:
+            return
+
+        def apply() -> None:
+            for uri, kind in changes:
+                path = uri_to_path(uri)
+                if path is None or uri in self.documents:
+                    continue  # an open document's text is the editor's, not the disk's
+                if kind == "deleted":
+                    index.remove(path)
+                    if os.path.isdir(path) is False:
+                        for known in [p for p in index.files if p.startswith(path + os.sep)]:
+                            index.remove(known)  # a deleted folder
+                else:
+                    index.update(path)
+
+        self.worker.post(apply)
+
+    # -- worker side ------------------------------------------------------------------------------
+
+    def snippets(self, uri: str, language: str, context: InfillContext, budget: int) -> tuple[CrossFileSnippet, ...]:
+        """On the worker: the snippets for a prompt of `uri` (prepare_infill's cross_file provider)."""
+        return self.sources.snippets(uri_to_path(uri) or uri, language, context, budget)
+
+    def _post_build(self) -> None:
+        if not self._build_posted:
+            self._build_posted = True
+            self.worker.post(self._build)
+
+    def _build(self) -> None:
+        self._build_posted = False
+        index = self.index
+        if index is None or index.complete:
+            return
+        if self.worker.wait_for_quiet() and index.build_step(lambda: self.worker.busy):
+            log.info("workspace index: %d files, %d bytes", len(index), index.bytes)
+            return
+        self._post_build()  # behind the job that interrupted it
+
+    def _update_dirty(self) -> None:
+        self._update_posted = False
+        if not self._dirty:
+            return
+        if not self.worker.wait_for_quiet():
+            self._update_posted = True
+            self.worker.post(self._update_dirty)
+            return
+        for uri in list(self._dirty):
+            self._reindex(uri)
+
+    def _reindex(self, uri: str) -> None:
+        self._dirty.discard(uri)
+        path = uri_to_path(uri)
+        if self.index is None or path is None or uri not in self.documents:
+            return
+        self.index.update(path, self.documents.get(uri).text)
+
+    def _open_files(self) -> list[OpenFile]:
+        files = []
+        for document in self.documents.all():
+            path = uri_to_path(document.uri)
+            if path is not None:
+                files.append(OpenFile(path, normalize_language(document.language_id), document.text,
+                                      document.revision))
+        return files

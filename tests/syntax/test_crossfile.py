@@ -1,0 +1,197 @@
+"""Cross-file context (engine/crossfile/) on real files on disk: the walk's rules and bounds, import
+resolution per language, what a snippet shows, and the prompt's stable part kept across keystrokes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dgemma_lsp.engine.api import GenerationSettings
+from dgemma_lsp.engine.crossfile.files import Bounds, walk
+from dgemma_lsp.engine.crossfile.gather import CrossFileSources
+from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
+from dgemma_lsp.engine.crossfile.neighbours import OpenFile, RecentRanges
+from dgemma_lsp.engine.crossfile.resolve import resolve_imports
+from dgemma_lsp.engine.runtime.prompting import PromptLayout
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.infill import prepare_infill
+
+
+def write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+MODELS = '''class Invoice:
+    """A bill sent to a customer."""
+
+    def __init__(self, customer, lines):
+        self.customer = customer
+        self.lines = lines
+
+    def total_with_tax(self, rate):
+        """The total including tax at `rate`."""
+        return sum(line.amount for line in self.lines) * (1 + rate)
+'''
+REPORT = '''from .models import Invoice
+
+
+def summary(invoice: Invoice) -> str:
+    amount = invoice.
+    return f"{invoice.customer}: {amount}"
+'''
+
+
+def test_gitignore_hidden_vendored_binary_and_huge_files_stay_out(tmp_path):
+    write(tmp_path, {
+        ".gitignore": "generated/\n*.gen.py\n!keep.gen.py\n",
+        "src/a.py": "def a(): pass\n", "src/b.gen.py": "x = 1\n", "src/keep.gen.py": "y = 1\n",
+        "generated/c.py": "z = 1\n", "node_modules/d/index.js": "x\n", ".venv/e.py": "x\n",
+        "sub/.gitignore": "local.py\n", "sub/local.py": "x = 1\n", "sub/kept.py": "x = 1\n",
+        "notes.txt": "not code\n",
+    })
+    (tmp_path / "src" / "blob.py").write_bytes(b"\x00\x01binary")
+    (tmp_path / "src" / "huge.py").write_text("x = 1\n" * 200_000)
+    found = sorted(os.path.relpath(path, tmp_path) for path, _size in walk(str(tmp_path)))
+    assert found == ["src/a.py", "src/blob.py", "src/keep.gen.py", "sub/kept.py"]  # too big: skipped unread
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    assert sorted(index.relative(p) for p in index.files) == ["src/a.py", "src/keep.gen.py", "sub/kept.py"]  # binary
+
+
+def test_a_huge_tree_is_walked_within_its_bounds(tmp_path):
+    for folder in range(40):
+        write(tmp_path, {f"d{folder:02}/f{n:03}.py": f"def f{n}(): pass\n" for n in range(50)})
+    index = WorkspaceIndex(str(tmp_path), Bounds(max_files=300, max_bytes=10**9, max_entries=100_000))
+    index.build()
+    assert len(index) == 300
+    assert not index.update(str(tmp_path / "d39" / "new.py"), "def g(): pass\n")  # full: a new file stays out
+    assert len(index) == 300
+    few_entries = WorkspaceIndex(str(tmp_path), Bounds(max_files=10**6, max_bytes=10**9, max_entries=500))
+    few_entries.build()
+    assert len(few_entries) < 500
+    small = WorkspaceIndex(str(tmp_path), Bounds(max_files=10**6, max_bytes=2_000, max_entries=100_000))
+    small.build()
+    assert 0 < small.bytes <= 2_000
+
+
+def test_imports_resolve_to_workspace_files_in_each_language(tmp_path):
+    write(tmp_path, {
+        "app/__init__.py": "", "app/models.py": MODELS, "app/report.py": REPORT,
+        "app/cli.py": "import app.models\nfrom app import report\nfrom . import models as m\n",
+        "web/tsconfig.json": '{ // comment\n "compilerOptions": {"baseUrl": ".", "paths": {"@lib/*": ["lib/*"]},},}',
+        "web/lib/util.ts": "export function pad(s: string): string { return s; }\n",
+        "web/src/view.ts": "import { pad } from '@lib/util';\nimport { x } from './x.js';\n",
+        "web/src/x.ts": "export const x = 1;\n",
+        "go/go.mod": "module example.com/m\n", "go/pkg/a.go": "package pkg\nfunc A() {}\n",
+        "go/pkg/b.go": "package pkg\nfunc B() {}\n", "go/main.go": 'package main\nimport "example.com/m/pkg"\n',
+        "rs/Cargo.toml": "[package]\n", "rs/src/lib.rs": "mod shapes;\nuse crate::shapes::Circle;\n",
+        "rs/src/shapes.rs": "pub struct Circle { pub r: f64 }\n",
+        "java/src/a/b/Point.java": "package a.b;\npublic class Point { int x; }\n",
+        "java/src/a/c/Use.java": "package a.c;\nimport a.b.Point;\nclass Use {}\n",
+        "c/include/geo.h": "struct pt { int x; };\nint area(int w);\n", "c/src/geo.c": '#include "geo.h"\n',
+    })
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+
+    def linked(name: str) -> list[str]:
+        path = str(tmp_path / name)
+        return sorted({index.relative(link.path) for link in resolve_imports(path, index.files[path], index)})
+
+    assert linked("app/report.py") == ["app/models.py"]
+    assert linked("app/cli.py") == ["app/__init__.py", "app/models.py", "app/report.py"]
+    assert linked("web/src/view.ts") == ["web/lib/util.ts", "web/src/x.ts"]
+    assert linked("go/main.go") == ["go/pkg/a.go", "go/pkg/b.go"]
+    assert linked("go/pkg/a.go") == ["go/pkg/b.go"]  # its own package
+    assert linked("rs/src/lib.rs") == ["rs/src/shapes.rs"]
+    assert linked("java/src/a/c/Use.java") == ["java/src/a/b/Point.java"]
+    assert linked("c/src/geo.c") == ["c/include/geo.h"]
+
+
+def _prepare(index, path: Path, text: str, offset: int, sources: CrossFileSources, budget: int = 512):
+    doc = SyntaxDocument(text, "python")
+    return prepare_infill(doc, offset, GenerationSettings(),
+                          cross_file=lambda context: sources.snippets(str(path), "python", context, budget))
+
+
+def test_the_definition_the_cursor_uses_reaches_the_prompt_without_its_body(tmp_path):
+    write(tmp_path, {"app/__init__.py": "", "app/models.py": MODELS, "app/report.py": REPORT})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    path = tmp_path / "app" / "report.py"
+    offset = REPORT.index("invoice.\n") + len("invoice.")
+    prepared = _prepare(index, path, REPORT, offset, CrossFileSources(index))
+    (snippet,) = prepared.context.cross_file
+    assert (snippet.path, snippet.source, snippet.start_line) == ("app/models.py", "definition", 0)
+    assert "def total_with_tax(self, rate):" in snippet.text and "A bill sent to a customer." in snippet.text
+    assert "sum(line.amount" not in snippet.text  # signatures and docstrings, not bodies
+    layout = PromptLayout("<start>", "<end>")
+    stable = layout.text(prepared.context).stable
+    assert stable.index("From app/models.py:") < stable.index("def summary")
+    off = _prepare(index, path, REPORT, offset, CrossFileSources(index), budget=0)
+    assert off.context.cross_file == () and "models.py" not in layout.text(off.context).all
+
+
+def test_a_keystroke_within_the_line_keeps_the_stable_part_and_a_new_line_may_change_it(tmp_path):
+    write(tmp_path, {"app/__init__.py": "", "app/models.py": MODELS, "app/report.py": REPORT})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    path = tmp_path / "app" / "report.py"
+    sources = CrossFileSources(index)
+    layout = PromptLayout("<start>", "<end>")
+    doc = SyntaxDocument(REPORT, "python")
+    offset = REPORT.index("invoice.\n") + len("invoice.")
+    budget = 512
+
+    def prompt():
+        prepared = prepare_infill(doc, offset, GenerationSettings(),
+                                  cross_file=lambda context: sources.snippets(str(path), "python", context, budget))
+        return prepared.context.cross_file, layout.text(prepared.context).stable
+
+    first, stable = prompt()
+    for typed in "total_":
+        doc.apply_change(offset, offset, typed)
+        offset += 1
+        snippets, again = prompt()
+        assert snippets is first and again == stable
+    index.update(str(tmp_path / "app" / "models.py"), MODELS + "\n\ndef invoice_total(invoice): ...\n")
+    snippets, again = prompt()  # another file changed: the snippets are chosen again
+    assert "invoice_total" in "".join(s.text for s in snippets)
+
+
+def test_open_documents_and_recent_ranges_join_the_definitions(tmp_path):
+    write(tmp_path, {"app/__init__.py": "", "app/models.py": MODELS, "app/report.py": REPORT})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    other = "\n".join(f"line_{n} = {n}" for n in range(30)) + (
+        "\nfrom .models import Invoice\n\ndef detail(invoice: Invoice) -> str:\n    return invoice.customer\n")
+    notes = "\n".join(f"note_{n} = 'x'" for n in range(40))
+    recent = RecentRanges()
+    recent.note(str(tmp_path / "notes.py"), 20)
+    recent.note(str(tmp_path / "app" / "report.py"), 4)  # the file itself: never its own snippet
+    files = [OpenFile(str(tmp_path / "view.py"), "python", other, 1),
+             OpenFile(str(tmp_path / "notes.py"), "python", notes, 1)]
+    sources = CrossFileSources(index, lambda: files, recent)
+    path = tmp_path / "app" / "report.py"
+    offset = REPORT.index("invoice.\n") + len("invoice.")
+    prepared = _prepare(index, path, REPORT, offset, sources)
+    by_source = {(s.source, s.path) for s in prepared.context.cross_file}
+    assert ("open-document", "view.py") in by_source
+    assert ("recent", "notes.py") in by_source
+    assert not any(s.path.endswith("report.py") for s in prepared.context.cross_file)
+    assert sum(s.tokens for s in prepared.context.cross_file) <= 512
+
+
+def test_a_build_stopped_at_every_check_still_finishes_and_keeps_its_bounds(tmp_path):
+    # A big file's parse is cut short by every keystroke; after a few tries it runs to its end.
+    write(tmp_path, {"big.py": "def f(x):\n    return x\n" * 3000, **{f"m{n}.py": f"def g{n}(): pass\n"
+                                                                   for n in range(5)}})
+    index = WorkspaceIndex(str(tmp_path), Bounds(max_files=4))
+    rounds = 0
+    while not index.build_step(lambda: True):
+        rounds += 1
+        assert rounds < 100, "the build never finishes"
+    assert len(index) == 4 and str(tmp_path / "big.py") in index.files
+    assert len(index.files[str(tmp_path / "big.py")].definitions) == 3000

@@ -2,7 +2,8 @@
 --- Run: nvim --headless -u NONE -i NONE -c 'luafile editors/nvim/tests/scenarios.lua'
 --- Environment: DGEMMA_NVIM_CMD (JSON list: the server command), DGEMMA_NVIM_WORKDIR (a scratch
 --- folder), DGEMMA_NVIM_TIMEOUT_S (global timeout, default 240), DGEMMA_NVIM_ONLY (one scenario),
---- DGEMMA_NVIM_BUILTIN=0 (0.12 without vim.lsp.inline_completion).
+--- DGEMMA_NVIM_BUILTIN=0 (0.12 without vim.lsp.inline_completion), DGEMMA_NVIM_WAIT_MS (longest wait for one
+--- answer, default 30000: more on a machine shared with others).
 --- Keys are typed with nvim_input, so mappings, autocmds and insert mode behave as for a user. The
 --- tiny model writes random text: the checks are about behaviour (ghost text appears and changes,
 --- the buffer equals before + accepted part + after), never about wording.
@@ -24,7 +25,7 @@ local use_builtin = vim.lsp.inline_completion ~= nil and os.getenv('DGEMMA_NVIM_
 if only == '' then
   only = nil
 end
-local WAIT_MS = 30000 -- one suggestion on the tiny model takes well under a second; CI machines are slow
+local WAIT_MS = tonumber(os.getenv('DGEMMA_NVIM_WAIT_MS') or '30000') -- one suggestion takes well under a second; CI machines are slow
 
 local function out(line)
   io.stdout:write(line .. '\n')

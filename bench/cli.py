@@ -33,6 +33,7 @@ BENCHMARKS = {
     "rewrite": ("dgemma_lsp.bench.rewrite", "share of a selection kept by \"Rewrite selection\", per strength"),
     "oracle": ("dgemma_lsp.bench.oracle", "the true middle through the infill pipeline, holes cut from real code (no model)"),
     "crossfile": ("dgemma_lsp.bench.crossfile", "model-free recall of cross-file context on real multi-file packages"),
+    "nextedit": ("dgemma_lsp.bench.nextedit", "next-edit proposals vs the next real edit between two package releases"),
 }
 
 

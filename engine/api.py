@@ -123,6 +123,9 @@ class DenoiseRequest(msgspec.Struct, frozen=True, kw_only=True):
     """Rewrite only: how the selection's kept tokens stay visible to the model for the whole run:
     "canvas" pins them in the canvas, "prompt" writes the original selection into the prompt,
     "both" does both (engine/runtime/rewriting.py)."""
+    recent_edits: str | None = None
+    """Next edit only (a rewrite of the edit window): the user's recent edits as unified diffs, shown
+    in the prompt, which asks for the edit that follows them (engine/nextedit/, runtime/prompting.py)."""
 
 
 class Draft(msgspec.Struct, frozen=True, kw_only=True):

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from dgemma_lsp.engine.nextedit.edits import EditLog
 from dgemma_lsp.engine.syntax.document import KEYSTROKE_PARSE_BUDGET_S, SyntaxDocument
 from dgemma_lsp.engine.syntax.history import ChangeHistory
 
@@ -194,6 +195,8 @@ class OpenDocument:
     it starts, or until a job that must not see later changes is queued behind it."""
     _catch_up_posted: bool = False
     _history: ChangeHistory = field(default_factory=ChangeHistory)
+    edits: EditLog = field(default_factory=EditLog)
+    """The user's recent edits, merged from keystrokes (for next-edit suggestions)."""
 
     @property
     def text(self) -> str:
@@ -210,6 +213,10 @@ class OpenDocument:
 
     def change(self, start: int | None, end: int, new_text: str) -> None:
         """Apply one change to the text now and queue it for the syntax tree."""
+        if start is None:
+            self.edits.reset()
+        else:
+            self.edits.record(self.lines.text, start, end, new_text)
         lines = self.lines.copy()
         if start is None:
             lines = LineIndex(new_text)

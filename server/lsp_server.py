@@ -32,8 +32,10 @@ from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import EngineStatus
 from dgemma_lsp.engine.client import EngineClient
 
+from . import inline_edit_lsp
 from .completions import PRIORITY_TYPING, PRIORITY_WAITING, Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
+from .inline_edits import NextEditor
 from .loop_monitor import LoopMonitor
 from .positions import LineIndex, PositionError
 from .scheduler import CompletionCache, LatestWins, Superseded
@@ -100,6 +102,13 @@ class DGemmaProtocol(LanguageServerProtocol):
                 log.warning("ignoring %s with invalid params: %s", method, detail)
             return _ANSWERED
 
+    @lsp_method(lsp.INITIALIZE)
+    def lsp_initialize(self, params: lsp.InitializeParams):
+        result = yield from super().lsp_initialize(params)
+        # Next-edit suggestions are no LSP feature: announced where experimental ones go.
+        result.capabilities.experimental = {**(result.capabilities.experimental or {}), **inline_edit_lsp.CAPABILITY}
+        return result
+
     def handle_message(self, message):
         self._server.documents.worker.client_spoke()  # background syntax work yields to this message
         if message is _ANSWERED:
@@ -150,6 +159,7 @@ class DGemmaServer(LanguageServer):
         self.completer = Completer(engine, self.scheduler, self.cache)
         self.crossfile = WorkspaceContext(self.documents)
         self.completer.cross_file = self.crossfile.snippets
+        self.next_edits = NextEditor(engine, self.scheduler)
         self.stats = StatsRecorder()
         self._pending_problems: list[str] = []
         self._last_status: dict[str, Any] | None = None
@@ -397,6 +407,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
                 changes.append((None, change.text))
         try:
             ls.documents.change(params.text_document.uri, params.text_document.version, changes, ls.encoding)
+            ls.next_edits.document_changed(params.text_document.uri)
         except (UnknownDocumentError, PositionError) as error:
             log.error("didChange ignored, client and server disagree: %s", error)
             return
@@ -420,6 +431,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.crossfile.closed(params.text_document.uri)
         ls.completer.last_cross_file.pop(params.text_document.uri, None)
         ls.cache.clear(params.text_document.uri)
+        ls.next_edits.document_closed(params.text_document.uri)
         ls.engine.forget(params.text_document.uri)  # its prompt-cache snapshot, in the engine or its daemon
 
     @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -460,6 +472,8 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         if not isinstance(result, Superseded) and result:
             latency_ms = (time.perf_counter() - started) * 1000
             after_answer.append(lambda: ls.stats.answered(latency_ms, items=len(result)))
+            shown_version = document.version
+            after_answer.append(lambda: ls.next_edits.completion_showing(document.uri, shown_version))
         return ls.inline_items(lines, cursor, result)
 
     @server.feature(
@@ -557,8 +571,10 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.loop_monitor.stop()
         ls.documents.worker.close()
         ls.stats.close()
+        ls.next_edits.scheduler.cancel_all()
         ls._closing = asyncio.ensure_future(ls.engine.close())
 
+    inline_edit_lsp.register(server)
     return server
 
 

@@ -56,6 +56,10 @@ class LatestWins:
         """Requests still waiting or denoising."""
         return len(self._jobs)
 
+    def live(self, key: str) -> bool:
+        """Whether a request for `key` is waiting or running."""
+        return key in self._jobs
+
     def supersede(self, key: str) -> None:
         """Cancel the live request for `key`, if any; it will answer SUPERSEDED."""
         job = self._jobs.pop(key, None)

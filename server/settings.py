@@ -60,6 +60,15 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
     """MiB of encoder-cache snapshots the engine keeps on the GPU (0 keeps none); null: a quarter of
     the memory free after loading. A daemon shared by several editors takes the last one sent."""
 
+    next_edit: bool = True
+    """Answer `textDocument/copilotInlineEdit` (next-edit suggestions, docs/next-edit.md)."""
+    next_edit_strength: Annotated[float, msgspec.Meta(gt=0.0, le=1.0)] = 0.4
+    """How much of the edit window a next edit renoises: 1 writes it afresh."""
+    next_edit_lines: Annotated[int, msgspec.Meta(ge=1, le=200)] = 30
+    """Longest edit window, in lines (the syntax node around the cursor and the last edit)."""
+    next_edit_debounce_ms: Annotated[int, msgspec.Meta(ge=0, le=3000)] = 300
+    """Coalescing window of a next edit before rejections (x1.5 each) and acceptances (x0.8) adapt it."""
+
     @property
     def prompt_cache_bytes(self) -> int | None:
         return None if self.prompt_cache_mb is None else self.prompt_cache_mb * 1024 * 1024

@@ -17,6 +17,10 @@ What the API cannot do for DiffusionGemma, and what happens instead:
 - rewrite: no starting canvas can be passed, so the rewrite is asked for in
   the prompt alone: the rewrite instruction carrying the selection's text
   (`PromptLayout.text(..., original=)`); `strength` is ignored, logged once.
+  A next edit (a rewrite of the edit window with `recent_edits`) goes the same
+  way, its diffs in the prompt too: the model sees the window and the edits but
+  starts from noise, so how often it reproduces the window ("no edit") is the
+  served model's alone.
 - steps, entropy bound, temperatures, early stop are server-wide
   (`--diffusion-config`): per-request values are ignored with a log line.
   `seed` is passed through.
@@ -433,7 +437,8 @@ class VllmEngineClient:
         body = {
             "model": self.model,
             "prompt": self._layout.text(request.context, rewrite=rewrite, original=request.selection,
-                                       layout=request.settings.prompt_layout).all,
+                                       layout=request.settings.prompt_layout,
+                                       edits=request.recent_edits if rewrite else None).all,
             "max_tokens": settings.max_tokens or DEFAULT_MAX_TOKENS,
             "n": settings.candidates,
             "stream": True,

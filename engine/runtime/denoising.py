@@ -191,7 +191,8 @@ class DenoisingRuntime:
         steps = settings.steps or self.default_steps
         rewriting = request.selection is not None
         original = request.selection if rewriting and request.rewrite_keep != "canvas" else None
-        prompt = self.prompts.build(request.context, rewrite=rewriting, original=original, layout=settings.prompt_layout)
+        prompt = self.prompts.build(request.context, rewrite=rewriting, original=original, layout=settings.prompt_layout,
+                                    edits=request.recent_edits if rewriting else None)
         if self.compiled is not None and not rewriting:
             result = self._run_compiled(request, prompt, steps, started, on_draft, cancel)
             if result is not None:

@@ -35,6 +35,14 @@ INFILL_INSTRUCTION = (
     "Reply with only the code that goes at {marker}: no explanation, no Markdown fences, "
     "and do not repeat the code before or after it."
 )
+NEXT_EDIT_INSTRUCTION = (
+    "The user just made the edits shown below to this {language} file. Rewrite the code at {marker} "
+    "with the change that follows from them (the same rename, the same new argument, the matching "
+    "fix); where nothing follows, reproduce it unchanged. "
+    "Reply with only the code for {marker}: no explanation, no Markdown fences."
+)
+RECENT_EDITS = "\n\nThe user's recent edits, oldest first:\n\n```diff\n{diffs}```"
+"""A next edit's diffs, shown between the instruction and the file (engine/nextedit/edits.py)."""
 REWRITE_INSTRUCTION = (
     "Rewrite the code that goes at {marker} in this {language} file, keeping its purpose. "
     "Reply with only the new code for {marker}: no explanation, no Markdown fences."
@@ -108,11 +116,14 @@ class PromptLayout:
         return cls(head, tail, find_fim_tokens(tokenizer.get_vocab()))
 
     def text(
-        self, context: InfillContext, *, rewrite: bool = False, original: str | None = None, layout: str | None = None
+        self, context: InfillContext, *, rewrite: bool = False, original: str | None = None, layout: str | None = None,
+        edits: str | None = None,
     ) -> PromptText:
         """The prompt text; `original` (a rewrite's selection as it is now) is shown after the file.
 
         `layout` is one of PROMPT_LAYOUTS (None: DEFAULT_PROMPT_LAYOUT); a rewrite is always natural.
+        `edits` (a rewrite only: the recent edits as diffs) makes it a next edit: the instruction asks
+        for the change that follows them, and they are shown before the file.
         """
         # The cursor's own line goes in the tail: it changes with every keystroke.
         line_start = context.prefix.rfind("\n") + 1
@@ -125,10 +136,12 @@ class PromptLayout:
                 tail=line_before_cursor + suffix_token + context.suffix + middle_token,
             )
         fence = "```" + ("" if context.language == "plaintext" else context.language)
-        instruction = (REWRITE_INSTRUCTION if rewrite else INFILL_INSTRUCTION).format(
-            marker=CURSOR_MARKER, language=context.language
-        )
+        next_edit = rewrite and edits is not None
+        template = NEXT_EDIT_INSTRUCTION if next_edit else REWRITE_INSTRUCTION if rewrite else INFILL_INSTRUCTION
+        instruction = template.format(marker=CURSOR_MARKER, language=context.language)
         instruction += cross_file_text(context.cross_file, fence)
+        if next_edit:
+            instruction += RECENT_EDITS.format(diffs=edits or "(none)\n")
         if (layout or DEFAULT_PROMPT_LAYOUT) == "suffix-first" and not rewrite:
             # The cursor's line stays whole in the tail; what is after it leads the stable part.
             rest_of_line, newline, after = context.suffix.partition("\n")
@@ -182,9 +195,10 @@ class PromptBuilder:
         self.fim_tokens = self.layout.fim_tokens
 
     def build(
-        self, context: InfillContext, *, rewrite: bool = False, original: str | None = None, layout: str | None = None
+        self, context: InfillContext, *, rewrite: bool = False, original: str | None = None, layout: str | None = None,
+        edits: str | None = None,
     ) -> PromptIds:
-        text = self.layout.text(context, rewrite=rewrite, original=original, layout=layout)
+        text = self.layout.text(context, rewrite=rewrite, original=original, layout=layout, edits=edits)
         return PromptIds(stable=self._encode(text.stable), tail=self._encode(text.tail))
 
     def _encode(self, text: str) -> list[int]:

@@ -37,9 +37,15 @@ REQUEST = DenoiseRequest(
     settings=GenerationSettings(steps=3, seed=1),
     priority=2,
 )
+NEXT_EDIT = DenoiseRequest(
+    context=InfillContext(prefix="def f(y):\n", suffix="", language="python"), selection="    return x\n",
+    strength=0.4, rewrite_keep="both", recent_edits="--- a/f.py\n+++ b/f.py\n@@ -1,1 +1,1 @@\n-def f(x):\n+def f(y):\n",
+)
+"""A next edit: a rewrite whose prompt carries the recent edits (engine/nextedit/)."""
 CLIENT_MESSAGES = [
     Hello(version=PROTOCOL_VERSION, token="t" * 43, engine=EngineKey(model="tiny"), pid=12, name="lsp"),
     Submit(id=1, request=REQUEST),
+    Submit(id=2, request=NEXT_EDIT),
     Cancel(id=1),
     Load(),
     InfoQuery(id=7),

@@ -92,7 +92,7 @@ class VerbatimPrompt:
         self.tokenizer = tokenizer
 
     def build(self, context: InfillContext, *, rewrite: bool = False, original: str | None = None,
-              layout: str | None = None) -> PromptIds:
+              layout: str | None = None, edits: str | None = None) -> PromptIds:
         ids = self.tokenizer(context.prefix, add_special_tokens=False)["input_ids"]
         return PromptIds(stable=[], tail=ids)
 

@@ -40,7 +40,7 @@ def recording_client() -> LanguageClient:
     client.applied_edits: list[lsp.WorkspaceEdit] = []  # type: ignore[attr-defined]
     client.events: list[tuple[str, Any]] = []  # type: ignore[attr-defined]
 
-    for method in ("dgemma/draft", "dgemma/status"):
+    for method in ("dgemma/draft", "dgemma/status", "dgemma/inlineEditDraft"):
 
         def record(ls: LanguageClient, params: Any, method: str = method) -> None:
             ls.custom.append((method, plain(params)))

@@ -2,7 +2,8 @@
 --- Run: nvim --headless -u NONE -i NONE -c 'luafile editors/nvim/tests/scenarios.lua'
 --- Environment: DGEMMA_NVIM_CMD (JSON list: the server command), DGEMMA_NVIM_WORKDIR (a scratch
 --- folder), DGEMMA_NVIM_TIMEOUT_S (global timeout, default 240), DGEMMA_NVIM_ONLY (one scenario),
---- DGEMMA_NVIM_BUILTIN=0 (0.12 without vim.lsp.inline_completion).
+--- DGEMMA_NVIM_BUILTIN=0 (0.12 without vim.lsp.inline_completion), DGEMMA_NVIM_WAIT_MS (longest wait for one
+--- answer, default 30000: more on a machine shared with others).
 --- Keys are typed with nvim_input, so mappings, autocmds and insert mode behave as for a user. The
 --- tiny model writes random text: the checks are about behaviour (ghost text appears and changes,
 --- the buffer equals before + accepted part + after), never about wording.
@@ -24,7 +25,7 @@ local use_builtin = vim.lsp.inline_completion ~= nil and os.getenv('DGEMMA_NVIM_
 if only == '' then
   only = nil
 end
-local WAIT_MS = 30000 -- one suggestion on the tiny model takes well under a second; CI machines are slow
+local WAIT_MS = tonumber(os.getenv('DGEMMA_NVIM_WAIT_MS') or '30000') -- one suggestion takes well under a second; CI machines are slow
 
 local function out(line)
   io.stdout:write(line .. '\n')
@@ -210,8 +211,9 @@ scenarios[#scenarios + 1] = { 'setup_attaches', function()
   dgemma.setup({
     cmd = cmd,
     filetypes = { 'python' },
-    settings = { drafts = true, steps = 8, maxTokens = 32 },
+    settings = { drafts = true, steps = 8, maxTokens = 32, nextEditDebounceMs = 0, nextEditStrength = 0.6 },
     builtin_inline_completion = use_builtin,
+    next_edit = { debounce_ms = 50 },
   })
   vim.cmd.edit(vim.fn.fnameescape(workdir .. '/sample.py'))
   check(vim.bo.filetype == 'python', 'filetype is %s', vim.bo.filetype)
@@ -375,6 +377,101 @@ scenarios[#scenarios + 1] = { 'rewrite_visual_selection', function()
   check(vim.startswith(now, head), 'text before the selection changed:\n%s', now)
   check(vim.endswith(now, tail), 'text after the selection changed:\n%s', now)
   out(('  rewrote to %q'):format(now:sub(#head + 1, #now - #tail)))
+end }
+
+--- The next edit drawn in the buffer, read back from its extmarks: {deleted = {row, col, end_row,
+--- end_col} or nil, inserted = {row, col, text} or nil}.
+local function next_edit_marks()
+  local ns = namespace('dgemma.nextedit')
+  local found = {}
+  for _, mark in ipairs(ns and api.nvim_buf_get_extmarks(0, ns, 0, -1, { details = true }) or {}) do
+    local details = mark[4]
+    if details.hl_group == 'DGemmaNextEditDelete' then
+      found.deleted = { mark[2], mark[3], details.end_row, details.end_col }
+    elseif details.virt_text then
+      local lines = { details.virt_text[1][1] }
+      for _, virt_line in ipairs(details.virt_lines or {}) do
+        lines[#lines + 1] = virt_line[1][1]
+      end
+      found.inserted = { mark[2], mark[3], table.concat(lines, '\n') }
+    end
+  end
+  return (found.deleted or found.inserted) and found or nil
+end
+
+local NEXT_EDIT_SOURCE = {
+  'def load(path, mode):',
+  '    """Read the file at path."""',
+  '    with open(path, mode) as handle:',
+  '        return handle.read()',
+}
+
+--- Renames the parameter in normal mode (`ciw`) and waits for a next edit; a random model
+--- sometimes proposes none (or one the server filters): then another name, a few times.
+local function next_edit_with_retries()
+  type_keys('<Esc>')
+  wait_for('normal mode', function() return api.nvim_get_mode().mode == 'n' end)
+  api.nvim_buf_set_lines(0, 0, -1, false, NEXT_EDIT_SOURCE)
+  for attempt, name in ipairs({ 'filename', 'source', 'where', 'origin', 'target' }) do
+    api.nvim_win_set_cursor(0, { 1, 9 })
+    type_keys('ciw' .. name .. '<Esc>')
+    local ok, edit = pcall(wait_for, 'a next edit', function() return require('dgemma').next_edit() end,
+      attempt < 5 and 20000 or WAIT_MS)
+    if ok then
+      return edit
+    end
+  end
+  error('no next edit after 5 tries', 2)
+end
+
+local function byte_offset(lines, row, col)
+  local offset = col
+  for i = 1, row do
+    offset = offset + #lines[i] + 1
+  end
+  return offset
+end
+
+scenarios[#scenarios + 1] = { 'next_edit_jump_and_apply', function()
+  local edit = next_edit_with_retries()
+  local marks = next_edit_marks()
+  check(marks ~= nil, 'a next edit is known but nothing is drawn')
+  if edit.row ~= edit.end_row or edit.col ~= edit.end_col then
+    check(vim.deep_equal(marks.deleted, { edit.row, edit.col, edit.end_row, edit.end_col }),
+      'the deletion is highlighted at %s, the edit replaces %s', vim.inspect(marks.deleted), vim.inspect(edit))
+  end
+  if edit.text ~= '' then
+    check(marks.inserted and marks.inserted[1] == edit.end_row and marks.inserted[2] == edit.end_col
+      and marks.inserted[3] == edit.text, 'the insertion is drawn as %s, the edit inserts %q',
+      vim.inspect(marks.inserted), edit.text)
+  end
+  local lines = api.nvim_buf_get_lines(0, 0, -1, false)
+  local before = table.concat(lines, '\n')
+  local expected = before:sub(1, byte_offset(lines, edit.row, edit.col)) .. edit.text
+    .. before:sub(byte_offset(lines, edit.end_row, edit.end_col) + 1)
+  -- Away from the edit, the first <Tab> jumps to it and changes nothing.
+  api.nvim_win_set_cursor(0, { edit.row == 3 and 1 or 4, 0 })
+  type_keys('<Tab>')
+  wait_for('the cursor at the edit', function()
+    local cursor = api.nvim_win_get_cursor(0)
+    return cursor[1] - 1 == edit.row and cursor[2] == edit.col
+  end)
+  check(buffer_text() == before, 'the first <Tab> changed the buffer')
+  type_keys('<Tab>')
+  local now = changed_from(before)
+  check(now == expected, 'applied:\n%s\nexpected:\n%s', now, expected)
+  check(require('dgemma').next_edit() == nil or require('dgemma').next_edit() ~= edit, 'the applied edit is still shown')
+  out(('  replaced %d:%d-%d:%d with %q'):format(edit.row, edit.col, edit.end_row, edit.end_col, edit.text))
+end }
+
+scenarios[#scenarios + 1] = { 'next_edit_dismiss', function()
+  next_edit_with_retries()
+  local before = buffer_text()
+  type_keys('<Esc>')
+  wait_for('the next edit to go', function() return next_edit_marks() == nil end)
+  check(require('dgemma').next_edit() == nil, 'a dismissed edit is still current')
+  check(buffer_text() == before, 'dismissing changed the buffer')
+  check(api.nvim_get_mode().mode == 'n', 'left normal mode')
 end }
 
 scenarios[#scenarios + 1] = { 'checkhealth', function()

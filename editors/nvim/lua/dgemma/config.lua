@@ -40,10 +40,18 @@ M.defaults = {
     accept_line = '<M-C-Right>', -- accept up to the end of the suggestion's current line
     dismiss = '<C-]>', -- hide the suggestion and cancel pending requests
   },
+  -- Next-edit suggestions (docs/next-edit.md), in normal mode: asked for once the buffer has been
+  -- left alone for `debounce_ms` after an edit; `keymaps.accept` jumps to the edit, then applies it;
+  -- `keymaps.dismiss` dismisses it (never shown again). Without an edit the keys do what they did.
+  next_edit = {
+    enabled = true,
+    debounce_ms = 300,
+    keymaps = { accept = '<Tab>', dismiss = '<Esc>' },
+  },
 }
 
 --- Merges user options into a fresh copy of the defaults. Lists (cmd, filetypes, root_markers)
---- replace the default list as a whole; only `settings` and `keymaps` merge key by key.
+--- replace the default list as a whole; `settings`, `keymaps` and `next_edit` merge key by key.
 ---@param opts table|nil
 ---@return table
 function M.merge(opts)
@@ -52,6 +60,8 @@ function M.merge(opts)
   for key, value in pairs(opts) do
     if (key == 'settings' or key == 'keymaps') and type(value) == 'table' then
       merged[key] = vim.tbl_extend('force', merged[key], value)
+    elseif key == 'next_edit' and type(value) == 'table' then
+      merged[key] = vim.tbl_deep_extend('force', merged[key], value)
     else
       merged[key] = vim.deepcopy(value)
     end

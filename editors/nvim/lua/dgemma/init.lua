@@ -1,11 +1,13 @@
 --- dgemma for Neovim ≥ 0.11: registers `dgemma-lsp` with vim.lsp.config / vim.lsp.enable, and
---- offers accept / accept_word / accept_line / dismiss, `:DGemmaRewrite` and `:checkhealth dgemma`.
---- This module wires things together; the work is in dgemma.inline (requests, drafts),
+--- offers accept / accept_word / accept_line / dismiss, next edits (accept_next_edit / dismiss_next_edit),
+--- `:DGemmaRewrite` and `:checkhealth dgemma`.
+--- This module wires things together; the work is in dgemma.inline (requests, drafts), dgemma.nextedit,
 --- dgemma.suggestion (ghost text state, partial accept), dgemma.rewrite and dgemma.health.
 local config = require('dgemma.config')
 local dlsp = require('dgemma.lsp')
 local ghost = require('dgemma.ghost')
 local inline = require('dgemma.inline')
+local nextedit = require('dgemma.nextedit')
 
 local M = {}
 
@@ -74,6 +76,30 @@ function M.dismiss()
   return inline.dismiss()
 end
 
+--- The next edit shown in the current buffer: {row, col, end_row, end_col, text} (0-based rows,
+--- byte columns: the span it replaces and what it inserts), or nil.
+---@return table|nil
+function M.next_edit()
+  return nextedit.current(vim.api.nvim_get_current_buf())
+end
+
+--- Asks for a next edit at the cursor now (they are also asked for by themselves after edits).
+function M.request_next_edit()
+  nextedit.request(vim.api.nvim_get_current_buf())
+end
+
+--- Jumps to the shown next edit, or applies it when the cursor is there. False: none is shown.
+---@return boolean
+function M.accept_next_edit()
+  return nextedit.tab()
+end
+
+--- Dismisses the shown next edit (the server never offers it again). False: none is shown.
+---@return boolean
+function M.dismiss_next_edit()
+  return nextedit.dismiss()
+end
+
 --- Rewrites lines line1..line2 (the visual selection's columns when it was characterwise).
 ---@param line1 integer
 ---@param line2 integer
@@ -130,6 +156,7 @@ function M.setup(opts)
   vim.lsp.enable(dlsp.name)
   inline.setup(cfg)
   set_keymaps(cfg.keymaps)
+  nextedit.setup(cfg)
   for _, client in ipairs(vim.lsp.get_clients({ name = dlsp.name })) do
     client.settings = { dgemma = cfg.settings }
     client:notify('workspace/didChangeConfiguration', { settings = client.settings })

@@ -1,6 +1,6 @@
 """Shared helpers for the language-server tests (imported as `lsp_session`): a real `dgemma-lsp --stdio --model tiny`
 driven by pytest-lsp's client, which also records our custom notifications and answers
-`workspace/applyEdit` like an editor would.
+`workspace/applyEdit` and `client/registerCapability` like an editor would.
 
 Position helpers here are written independently of server/positions.py (by encoding the
 text), so the tests check the server's conversion rather than repeat it.
@@ -47,6 +47,10 @@ def recording_client() -> LanguageClient:
             ls.events.append((method, plain(params)))
 
         client.feature(method)(record)
+
+    @client.feature(lsp.CLIENT_REGISTER_CAPABILITY)
+    def register_capability(ls: LanguageClient, params: lsp.RegistrationParams) -> None:
+        return None  # accepted, as VS Code and Neovim do (the server asks to watch the workspace's files)
 
     @client.feature(lsp.WORKSPACE_APPLY_EDIT)
     def apply_edit(ls: LanguageClient, params: lsp.ApplyWorkspaceEditParams):

@@ -4,7 +4,7 @@ Implements initialize (position-encoding negotiation, settings), document sync
 (incremental), textDocument/inlineCompletion, textDocument/codeAction +
 codeAction/resolve ("Rewrite selection"), workspace/executeCommand
 (`dgemma.rewriteSelection`, `dgemma.status`, `dgemma.reloadModel`), workspace/didChangeConfiguration,
-and the custom messages documented in README.md (`dgemma/draft`,
+and the custom messages documented in docs/protocol.md (`dgemma/draft`,
 `dgemma/status`, `dgemma/didShowCompletion`, `dgemma/didPartiallyAcceptCompletion`).
 
 Each handler translates LSP values to str offsets and plain values, delegates

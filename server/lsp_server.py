@@ -34,6 +34,7 @@ from dgemma_lsp.engine.client import EngineClient
 
 from .completions import PRIORITY_TYPING, PRIORITY_WAITING, Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
+from .line_endings import line_ending, with_line_ending
 from .loop_monitor import LoopMonitor
 from .positions import LineIndex, PositionError
 from .scheduler import CompletionCache, LatestWins, Superseded
@@ -175,7 +176,12 @@ class DGemmaServer(LanguageServer):
             raise JsonRpcInvalidParams(f"position {position.line}:{position.character}: {error}") from None
 
     def span(self, document: OpenDocument, range_: lsp.Range) -> tuple[int, int]:
-        start, end = self.offset(document, range_.start), self.offset(document, range_.end)
+        """A range in str offsets: an end inside a character covers it (server/positions.py)."""
+        first, last = range_.start, range_.end
+        try:
+            start, end = document.span((first.line, first.character), (last.line, last.character), self.encoding)
+        except PositionError as error:
+            raise JsonRpcInvalidParams(f"range {first.line}:{first.character}-{last.line}:{last.character}: {error}") from None
         if end < start:
             raise JsonRpcInvalidParams("range ends before it starts")
         return start, end
@@ -297,8 +303,10 @@ class DGemmaServer(LanguageServer):
         # Always a range, [cursor, cursor) for a plain insert: the spec makes it optional, but
         # lsp-mode reads it unconditionally (an item without one shows nothing there), and
         # VS Code and Neovim 0.12 treat an empty range as an insert at the cursor.
+        # The document's own line ending, never a lone "\r" (server/line_endings.py).
+        ending = line_ending(lines.text)
         return lsp.InlineCompletionList(items=[
-            lsp.InlineCompletionItem(insert_text=suggestion.text,
+            lsp.InlineCompletionItem(insert_text=with_line_ending(suggestion.text, ending),
                                      range=self.to_range(lines, suggestion.start, suggestion.end))
             for suggestion in result
         ])
@@ -320,6 +328,7 @@ class DGemmaServer(LanguageServer):
             )
         if document.version != version:
             raise JsonRpcException("the document changed while rewriting", code=CONTENT_MODIFIED)
+        text = with_line_ending(text, line_ending(lines.text))
         return lsp.WorkspaceEdit(
             changes={uri: [lsp.TextEdit(range=self.to_range(lines, start, end), new_text=text)]}
         )
@@ -514,8 +523,10 @@ def draft_sink(ls: DGemmaServer, document: OpenDocument, position: lsp.Position)
     """Sends `dgemma/draft` for one request; the request id ties drafts to their request."""
     uri, version, request_id = document.uri, document.version, ls.protocol.msg_id
     where = {"line": position.line, "character": position.character}
+    ending = line_ending(document.text)
 
     def send(step: int, text: str) -> None:
+        text = with_line_ending(text, ending)
         ls.protocol.notify(
             DRAFT_NOTIFICATION,
             {"uri": uri, "version": version, "position": where, "requestId": request_id, "step": step, "text": text},

@@ -30,6 +30,7 @@ BENCHMARKS = {
     "moe": ("dgemma_lsp.bench.moe", "one quantized MoE layer: fused Triton kernels vs the per-expert loop (ops, error, ms)"),
     "load": ("dgemma_lsp.bench.load", "one model load: peak host memory, resident bytes, time (first vs cached start)"),
     "rewrite": ("dgemma_lsp.bench.rewrite", "share of a selection kept by \"Rewrite selection\", per strength"),
+    "soak": ("dgemma_lsp.bench.soak", "N documents opened, edited, completed, closed: does the server's RSS level off?"),
 }
 
 

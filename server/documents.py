@@ -311,6 +311,9 @@ class DocumentStore:
     def __contains__(self, uri: str) -> bool:
         return uri in self._documents
 
+    def __len__(self) -> int:
+        return len(self._documents)
+
     def change(
         self,
         uri: str,

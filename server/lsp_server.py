@@ -15,6 +15,7 @@ with a JSON-RPC error and the server keeps serving. lsprotocol types stop here.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 import uuid
@@ -31,6 +32,7 @@ from pygls.protocol.language_server import lsp_method
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import EngineStatus
 from dgemma_lsp.engine.client import EngineClient
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
 
 from .completions import PRIORITY_TYPING, PRIORITY_WAITING, Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
@@ -93,6 +95,19 @@ class DGemmaProtocol(LanguageServerProtocol):
             else:
                 log.warning("ignoring %s with invalid params: %s", method, detail)
             return _ANSWERED
+
+    def _handle_notification(self, method_name: str, params: Any):
+        """pygls 2.1 files the future of a notification run through a generator handler (didOpen,
+        didChange, didClose: every one) in `_request_futures` under a made-up id, and only a
+        response ever removes an entry there: five futures per document edited, kept for the
+        session (the soak's RSS growth, issue 32). Whatever a notification filed goes once done."""
+        futures = self._request_futures
+        filed = len(futures)
+        super()._handle_notification(method_name, params)
+        if len(futures) == filed:
+            return  # nothing filed (a plain handler): the keystroke path stays a length check
+        for key in list(futures)[filed:]:  # dicts keep insertion order: what this call filed
+            futures[key].add_done_callback(lambda _future, key=key: futures.pop(key, None))
 
     def handle_message(self, message):
         self._server.documents.worker.client_spoke()  # background syntax work yields to this message
@@ -491,7 +506,8 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.completer.encoded_tokens.clear()
         return {"loopStallMs": ls.loop_monitor.take() if started else None,
                 "loopBusyMs": ls.loop_monitor.take_busy() if started else None,
-                "encodedTokens": encoded, "answersFromDrafts": ls.completer.answers_from_drafts}
+                "encodedTokens": encoded, "answersFromDrafts": ls.completer.answers_from_drafts,
+                "retained": retained(ls)}
 
     @server.feature(DID_SHOW)
     def did_show(ls: DGemmaServer, params: Any) -> None:
@@ -517,6 +533,23 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls._closing = asyncio.ensure_future(ls.engine.close())
 
     return server
+
+
+def retained(ls: DGemmaServer) -> dict[str, int]:
+    """What the server holds now (for `bench soak` and the tests that a closed document leaves nothing
+    behind but bounded caches): Python objects are counted after a full collection."""
+    gc.collect()
+    objects = gc.get_objects()
+    per_document = (OpenDocument, SyntaxDocument, LineIndex)
+    return {
+        "documents": len(ls.documents),
+        "documentObjects": sum(1 for o in objects if isinstance(o, per_document)),
+        "requestFutures": len(ls.protocol._request_futures),  # this request's own included
+        "cacheEntries": len(ls.cache),
+        "schedulerJobs": ls.scheduler.in_flight,
+        "promptCacheBytes": ls.engine.status().prompt_cache_bytes or 0,
+        "pythonObjects": len(objects),
+    }
 
 
 def draft_sink(ls: DGemmaServer, document: OpenDocument, position: lsp.Position):

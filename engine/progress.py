@@ -2,7 +2,10 @@
 
 `shard_progress_bar()` gives a `(done, total)` callback (the shape the loaders
 report in) that draws a tqdm bar on stderr, never on stdout: stdout carries the
-LSP protocol or a command's answer. Knows tqdm; knows nothing of models.
+LSP protocol or a command's answer. The bar is drawn only when stderr is a
+terminal: piped into a log, an editor's buffer or a script, a bar is noise
+(editors get `$/progress` from the language server instead). Knows tqdm; knows
+nothing of models.
 """
 
 from __future__ import annotations
@@ -15,6 +18,9 @@ from contextlib import contextmanager
 @contextmanager
 def shard_progress_bar(description: str = "loading weights") -> Iterator[Callable[[int, int], None]]:
     """A `(done, total)` callback drawing a bar on stderr for the `with` block's lifetime."""
+    if not _stderr_is_terminal():
+        yield lambda done, total: None
+        return
     from tqdm import tqdm
 
     bar = None
@@ -32,3 +38,10 @@ def shard_progress_bar(description: str = "loading weights") -> Iterator[Callabl
     finally:
         if bar is not None:
             bar.close()
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stderr
+        return False

@@ -4,6 +4,7 @@
   complete / rewrite  one-shot infill or rewrite in a file (oneshot.py)
   fetch-model         download the real checkpoint into the Hugging Face cache (oneshot.py)
   engine              start/stop/status of the resident engine daemon (daemon_cli.py)
+  doctor              what this machine can run and what is missing (doctor.py)
   bench               benchmarks (dgemma_lsp.bench.cli)
 Each subcommand module offers `add_arguments(parser)` and `run(args) -> int`;
 they are imported only when chosen, so `--stdio` starts without torch.
@@ -26,6 +27,7 @@ SUBCOMMANDS = {
     "fetch-model": ("dgemma_lsp.server.oneshot", "fetch_model", "download the model into the HF cache"),
     "engine": ("dgemma_lsp.server.daemon_cli", None, "start|stop|status the resident engine daemon"),
     "bench": ("dgemma_lsp.bench.cli", None, "benchmarks: latency | gpu | humaneval | syntax"),
+    "doctor": ("dgemma_lsp.server.doctor", None, "what this machine can run, what is missing, and how to fix it"),
     "stats": ("dgemma_lsp.server.stats", None, "accepted share and latency of inline completions (local only)"),
     "train": ("dgemma_lsp.engine.training.train", None, "train a small DiffusionGemma on local code"),
 }
@@ -98,6 +100,19 @@ def configure_logging(level: str, log_file: str | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        status = _main(argv)
+        if not sys.stdout.closed:  # the language server closes it on exit
+            sys.stdout.flush()  # inside the try: a reader that left early is noticed here, not at exit
+    except BrokenPipeError:
+        # The reader closed the pipe (`dgemma-lsp complete ... | head -c1`): end quietly, as a
+        # command killed by SIGPIPE would; stdout goes to devnull so the exit flush cannot fail.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return status
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     configure_logging(args.log_level, args.log_file)
     if args.compile is not None:

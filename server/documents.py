@@ -206,6 +206,10 @@ class OpenDocument:
         """The str offset of an LSP position; raises PositionError outside the document."""
         return self.lines.offset(line, character, encoding)
 
+    def span(self, start: tuple[int, int], end: tuple[int, int], encoding: Encoding) -> tuple[int, int]:
+        """The str offsets of an LSP range; an end inside a character covers it (positions.py)."""
+        return self.lines.span(start, end, encoding)
+
     def position(self, offset: int, encoding: Encoding) -> tuple[int, int]:
         return self.lines.position(offset, encoding)
 
@@ -337,6 +341,9 @@ class DocumentStore:
         """The open documents, most recently opened last."""
         return list(self._documents.values())
 
+    def __len__(self) -> int:
+        return len(self._documents)
+
     def change(
         self,
         uri: str,
@@ -356,8 +363,7 @@ class DocumentStore:
                 document.change(None, 0, new_text)
             else:
                 start_line, start_char, end_line, end_char = span
-                start = document.offset(start_line, start_char, encoding)
-                end = document.offset(end_line, end_char, encoding)
+                start, end = document.span((start_line, start_char), (end_line, end_char), encoding)
                 if end < start:
                     raise PositionError(f"range end {end_line}:{end_char} before its start")
                 document.change(start, end, new_text)

@@ -4,7 +4,7 @@ Implements initialize (position-encoding negotiation, settings), document sync
 (incremental), textDocument/inlineCompletion, textDocument/codeAction +
 codeAction/resolve ("Rewrite selection"), workspace/executeCommand
 (`dgemma.rewriteSelection`, `dgemma.status`, `dgemma.reloadModel`), workspace/didChangeConfiguration,
-and the custom messages documented in README.md (`dgemma/draft`,
+and the custom messages documented in docs/protocol.md (`dgemma/draft`,
 `dgemma/status`, `dgemma/didShowCompletion`, `dgemma/didPartiallyAcceptCompletion`).
 
 Each handler translates LSP values to str offsets and plain values, delegates
@@ -15,6 +15,7 @@ with a JSON-RPC error and the server keeps serving. lsprotocol types stop here.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 import uuid
@@ -31,11 +32,13 @@ from pygls.protocol.language_server import lsp_method
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import EngineStatus
 from dgemma_lsp.engine.client import EngineClient
+from dgemma_lsp.engine.syntax.document import SyntaxDocument
 
 from . import inline_edit_lsp
 from .completions import PRIORITY_TYPING, PRIORITY_WAITING, Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
 from .inline_edits import NextEditor
+from .line_endings import line_ending, with_line_ending
 from .loop_monitor import LoopMonitor
 from .positions import LineIndex, PositionError
 from .scheduler import CompletionCache, LatestWins, Superseded
@@ -108,6 +111,19 @@ class DGemmaProtocol(LanguageServerProtocol):
         # Next-edit suggestions are no LSP feature: announced where experimental ones go.
         result.capabilities.experimental = {**(result.capabilities.experimental or {}), **inline_edit_lsp.CAPABILITY}
         return result
+
+    def _handle_notification(self, method_name: str, params: Any):
+        """pygls 2.1 files the future of a notification run through a generator handler (didOpen,
+        didChange, didClose: every one) in `_request_futures` under a made-up id, and only a
+        response ever removes an entry there: five futures per document edited, kept for the
+        session (the soak's RSS growth, issue 32). Whatever a notification filed goes once done."""
+        futures = self._request_futures
+        filed = len(futures)
+        super()._handle_notification(method_name, params)
+        if len(futures) == filed:
+            return  # nothing filed (a plain handler): the keystroke path stays a length check
+        for key in list(futures)[filed:]:  # dicts keep insertion order: what this call filed
+            futures[key].add_done_callback(lambda _future, key=key: futures.pop(key, None))
 
     def handle_message(self, message):
         self._server.documents.worker.client_spoke()  # background syntax work yields to this message
@@ -194,7 +210,12 @@ class DGemmaServer(LanguageServer):
             raise JsonRpcInvalidParams(f"position {position.line}:{position.character}: {error}") from None
 
     def span(self, document: OpenDocument, range_: lsp.Range) -> tuple[int, int]:
-        start, end = self.offset(document, range_.start), self.offset(document, range_.end)
+        """A range in str offsets: an end inside a character covers it (server/positions.py)."""
+        first, last = range_.start, range_.end
+        try:
+            start, end = document.span((first.line, first.character), (last.line, last.character), self.encoding)
+        except PositionError as error:
+            raise JsonRpcInvalidParams(f"range {first.line}:{first.character}-{last.line}:{last.character}: {error}") from None
         if end < start:
             raise JsonRpcInvalidParams("range ends before it starts")
         return start, end
@@ -331,8 +352,10 @@ class DGemmaServer(LanguageServer):
         # Always a range, [cursor, cursor) for a plain insert: the spec makes it optional, but
         # lsp-mode reads it unconditionally (an item without one shows nothing there), and
         # VS Code and Neovim 0.12 treat an empty range as an insert at the cursor.
+        # The document's own line ending, never a lone "\r" (server/line_endings.py).
+        ending = line_ending(lines.text)
         return lsp.InlineCompletionList(items=[
-            lsp.InlineCompletionItem(insert_text=suggestion.text,
+            lsp.InlineCompletionItem(insert_text=with_line_ending(suggestion.text, ending),
                                      range=self.to_range(lines, suggestion.start, suggestion.end))
             for suggestion in result
         ])
@@ -354,6 +377,7 @@ class DGemmaServer(LanguageServer):
             )
         if document.version != version:
             raise JsonRpcException("the document changed while rewriting", code=CONTENT_MODIFIED)
+        text = with_line_ending(text, line_ending(lines.text))
         return lsp.WorkspaceEdit(
             changes={uri: [lsp.TextEdit(range=self.to_range(lines, start, end), new_text=text)]}
         )
@@ -548,7 +572,8 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.completer.encoded_tokens.clear()
         return {"loopStallMs": ls.loop_monitor.take() if started else None,
                 "loopBusyMs": ls.loop_monitor.take_busy() if started else None,
-                "encodedTokens": encoded, "answersFromDrafts": ls.completer.answers_from_drafts}
+                "encodedTokens": encoded, "answersFromDrafts": ls.completer.answers_from_drafts,
+                "retained": retained(ls)}
 
     @server.feature(DID_SHOW)
     def did_show(ls: DGemmaServer, params: Any) -> None:
@@ -578,12 +603,31 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
     return server
 
 
+def retained(ls: DGemmaServer) -> dict[str, int]:
+    """What the server holds now (for `bench soak` and the tests that a closed document leaves nothing
+    behind but bounded caches): Python objects are counted after a full collection."""
+    gc.collect()
+    objects = gc.get_objects()
+    per_document = (OpenDocument, SyntaxDocument, LineIndex)
+    return {
+        "documents": len(ls.documents),
+        "documentObjects": sum(1 for o in objects if isinstance(o, per_document)),
+        "requestFutures": len(ls.protocol._request_futures),  # this request's own included
+        "cacheEntries": len(ls.cache),
+        "schedulerJobs": ls.scheduler.in_flight,
+        "promptCacheBytes": ls.engine.status().prompt_cache_bytes or 0,
+        "pythonObjects": len(objects),
+    }
+
+
 def draft_sink(ls: DGemmaServer, document: OpenDocument, position: lsp.Position):
     """Sends `dgemma/draft` for one request; the request id ties drafts to their request."""
     uri, version, request_id = document.uri, document.version, ls.protocol.msg_id
     where = {"line": position.line, "character": position.character}
+    ending = line_ending(document.text)
 
     def send(step: int, text: str) -> None:
+        text = with_line_ending(text, ending)
         ls.protocol.notify(
             DRAFT_NOTIFICATION,
             {"uri": uri, "version": version, "position": where, "requestId": request_id, "step": step, "text": text},

@@ -28,6 +28,8 @@ from dgemma_lsp.engine.syntax.infill import (
 )
 from dgemma_lsp.engine.syntax.languages import language_for_path
 
+from .line_endings import line_ending, with_line_ending
+
 LARGE_FILE_CHARS = 1_000_000
 """Past this, only a window around the cursor is parsed: the prompt never needs more."""
 WINDOW_CHARS = 200_000
@@ -106,10 +108,12 @@ def _complete(args: argparse.Namespace) -> int:
     load_ms = _load(service)
     prepared = prepare_infill(doc, offset, _settings(args), cross_file=cross_file)
     result = service.denoise(prepared.request, on_draft=_draft_printer(args))
-    candidates = finish_candidates(prepared, doc, result)
+    ending = line_ending(text)  # the file's own line ending, never a lone "\r"
+    candidates = [msgspec.structs.replace(c, text=with_line_ending(c.text, ending))
+                  for c in finish_candidates(prepared, doc, result)]
     if not args.json:
         if candidates:
-            sys.stdout.write(candidates[0].text + ("" if candidates[0].text.endswith("\n") else "\n"))
+            sys.stdout.write(candidates[0].text + ("" if candidates[0].text.endswith("\n") else ending))
         return 0
     report = {
         "plan": {
@@ -146,7 +150,8 @@ def _rewrite(args: argparse.Namespace) -> int:
     load_ms = _load(service)
     request = prepare_rewrite(doc, start, end, args.strength, _settings(args))
     result = service.denoise(request, on_draft=_draft_printer(args))
-    replacements = [finish_rewrite(raw.text, text[start:end]) for raw in result.candidates]
+    ending = line_ending(text)  # the file's own line ending, never a lone "\r"
+    replacements = [with_line_ending(finish_rewrite(raw.text, text[start:end]), ending) for raw in result.candidates]
     if not args.json:
         sys.stdout.write(replacements[0])
         return 0

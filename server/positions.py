@@ -12,7 +12,10 @@ Out-of-range rules (the specification's, plus one of ours):
 - a character past the end of its line means the end of the line (the spec:
   "defaults back to the line length");
 - a character that lands inside a code point (between the two halves of a
-  surrogate pair, or inside a UTF-8 sequence) rounds down to its start.
+  surrogate pair, or inside a UTF-8 sequence) rounds down to its start, except
+  at the end of a non-empty range (`span`), where it rounds up to the code
+  point's end: a selection that ends one unit into a character covers it
+  (Neovim sends a charwise selection's end one unit into its last character).
 """
 
 from __future__ import annotations
@@ -142,8 +145,15 @@ class LineIndex:
             return end
         return len(self.text)
 
-    def offset(self, line: int, character: int, encoding: Encoding) -> int:
-        """The str offset of the LSP position (line, character)."""
+    def span(self, start: tuple[int, int], end: tuple[int, int], encoding: Encoding) -> tuple[int, int]:
+        """The str offsets of the LSP range [start, end): the start rounds down, a non-empty end up."""
+        begin = self.offset(*start, encoding)
+        if end == start:
+            return begin, begin
+        return begin, self.offset(*end, encoding, round_up=True)
+
+    def offset(self, line: int, character: int, encoding: Encoding, *, round_up: bool = False) -> int:
+        """The str offset of the LSP position (line, character); inside a code point: its start, or its end."""
         if line < 0 or character < 0:
             raise PositionError(f"negative position {line}:{character}")
         if line >= len(self._starts):
@@ -161,8 +171,8 @@ class LineIndex:
             if units >= character:
                 return i
             units += _unit_width(text[i], encoding)
-            if units > character:  # inside a code point: round down to its start
-                return i
+            if units > character:  # inside a code point: its start, or (round_up) its end
+                return i + 1 if round_up else i
         return end
 
     def position(self, offset: int, encoding: Encoding) -> tuple[int, int]:

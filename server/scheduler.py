@@ -155,6 +155,9 @@ class CompletionCache:
         """Keyed by (key, cursor, suffix_len, prefix_hash, suffix_hash): one entry per cursor context,
         found without a scan when the same context is stored again."""
 
+    def __len__(self) -> int:
+        return len(self._entries)
+
     def clear(self, key: str | None = None) -> None:
         if key is None:
             self._entries.clear()

@@ -27,6 +27,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "--model names the model it serves)",
     )
     parser.add_argument(
+        "--tokenizer", default=None, metavar="FOLDER|HF_ID",
+        help="--engine vllm: where the served model's tokenizer files (its chat template) are, when --model is "
+             "a served name and neither it nor the `root` the server lists for it has files here",
+    )
+    parser.add_argument(
         "--idle-unload", type=float, default=900.0, metavar="SECONDS",
         help="a daemon this server starts unloads the model after this long without work (0: never)",
     )

@@ -21,7 +21,7 @@ SECTION = "dgemma"
 
 
 class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", forbid_unknown_fields=False):
-    """Everything a user can tune. Documented key by key in README.md."""
+    """Everything a user can tune. Documented key by key in docs/configuration.md."""
 
     enable: bool = True
     """Answer inline completion requests at all (code actions keep working)."""

@@ -58,7 +58,7 @@ from ..api import DenoiseRequest, DenoiseResult, EngineStatus, RawCandidate, Tim
 from ..client import DraftListener, EngineUnavailableError, StatusListener
 from ..runtime.loading import DEFAULT_MODEL_ID
 from ..runtime.prompting import PromptLayout
-from .template import load_layout
+from .template import TOKENIZER_FILES, load_layout
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +163,8 @@ class _Chunk(msgspec.Struct):
 
 class _Model(msgspec.Struct):
     id: str
+    root: str | None = None
+    """vLLM's model card: the checkpoint a `--served-model-name` alias serves."""
 
 
 class _ModelList(msgspec.Struct):
@@ -181,6 +183,7 @@ class VllmEngineClient:
         url: str = DEFAULT_URL,
         model: str = DEFAULT_MODEL_ID,
         *,
+        tokenizer: str | None = None,
         api_key: str | None = None,
         timeouts: Timeouts = Timeouts(),
         backoff: Backoff = Backoff(),
@@ -188,6 +191,8 @@ class VllmEngineClient:
     ) -> None:
         self.url = url.rstrip("/")
         self.model = model
+        self.tokenizer = tokenizer
+        """Where the chat template is (a folder or a Hugging Face id); None: --model, else the server's `root`."""
         self._api_key = api_key
         self._timeouts = timeouts
         self._backoff = backoff
@@ -212,7 +217,8 @@ class VllmEngineClient:
     @classmethod
     def from_args(cls, args) -> VllmEngineClient:
         """From `--engine-url` and `--model`; the key from $DGEMMA_LSP_API_KEY (never a flag: argv is public)."""
-        return cls(args.engine_url, args.model, api_key=os.environ.get(API_KEY_ENV) or None)
+        return cls(args.engine_url, args.model, tokenizer=getattr(args, "tokenizer", None),
+                   api_key=os.environ.get(API_KEY_ENV) or None)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -239,7 +245,7 @@ class VllmEngineClient:
             self._set("error", f"--engine-url must be an http:// or https:// URL, got {self.url!r}")
             return
         try:
-            self._layout, source = await asyncio.to_thread(load_layout, self.model)
+            self._layout, source = await self._find_layout()
         except errors.EngineError as error:
             self._set("error", str(error))
             return
@@ -248,6 +254,54 @@ class VllmEngineClient:
             return
         log.info("vLLM engine at %s, model %s, chat template from %s; %s", self.url, self.model, source, NO_DRAFTS)
         await self._probe_and_settle()
+
+    async def _find_layout(self) -> tuple[PromptLayout, str]:
+        """The chat template: from --tokenizer; else from --model; else from the model's `root` on the server.
+
+        A team's vLLM usually serves the checkpoint under its own name (`--served-model-name`),
+        which no tokenizer files here are named after; its `GET /models` card names the
+        checkpoint as `root`, and those files may well be in the local Hugging Face cache.
+        """
+        if self.tokenizer is not None:
+            try:
+                return await asyncio.to_thread(load_layout, self.tokenizer)
+            except errors.ModelNotFoundError as error:
+                raise errors.ModelNotFoundError(f"--tokenizer {self.tokenizer}: {error}") from None
+        try:
+            return await asyncio.to_thread(load_layout, self.model)
+        except errors.ModelNotFoundError as error:
+            not_here = error
+        root, why = await self._served_root()
+        if root is not None and root != self.model:
+            try:
+                layout, source = await asyncio.to_thread(load_layout, root)
+            except errors.ModelNotFoundError:
+                why = f"nor for its root '{root}' (from {self.url}/models)"
+            else:
+                log.info("%s is served from %s: its chat template comes from there", self.model, root)
+                return layout, source
+        raise errors.ModelNotFoundError(
+            f"no chat template for '{self.model}': no tokenizer files for it on this machine, {why}; "
+            f"pass --tokenizer with a folder holding {', '.join(TOKENIZER_FILES[:2])} (or a Hugging Face id "
+            f"whose tokenizer files are cached: `hf download ID {' '.join(TOKENIZER_FILES)}`)"
+        ) from not_here
+
+    async def _served_root(self) -> tuple[str | None, str]:
+        """(the served model's `root` from GET /models, or None and why not)."""
+        assert self._http is not None
+        try:
+            response = await self._http.get("models")
+            if response.status_code != 200:
+                return None, f"and {self.url}/models answered HTTP {response.status_code}"
+            cards = _decode_models(response.content).data
+        except (httpx2.HTTPError, msgspec.DecodeError) as error:
+            return None, f"and {self.url}/models could not be read ({type(error).__name__}: {error})"
+        card = next((card for card in cards if card.id == self.model), None)
+        if card is None:
+            return None, f"and {self.url} serves no model named so"
+        if not card.root or card.root == self.model:
+            return None, f"and {self.url}/models names no other checkpoint as its root"
+        return card.root, ""
 
     async def close(self) -> None:
         self._closed = True

@@ -38,6 +38,7 @@ import torch
 from transformers.cache_utils import StaticCache
 
 from ..errors import ModelLoadError
+from .cache_keyword import with_cache
 
 # fused_sampler (and so triton) is imported where a step runs: a CPU-only install has no triton.
 
@@ -111,7 +112,7 @@ class StaticPromptCache:
     def _snapshot(self, stable: list[int], bucket: int) -> _Snapshot:
         scratch = StaticCache(config=self.text_config, max_cache_len=bucket)
         device = self.model.device
-        self.model.model.encoder(input_ids=torch.tensor([stable], device=device), past_key_values=scratch)
+        self.model.model.encoder(input_ids=torch.tensor([stable], device=device), **with_cache(scratch))
         return take_snapshot(scratch, stable)
 
     def clear(self) -> None:
@@ -241,7 +242,7 @@ class CompiledDenoiser:
         for _ in range(canvases_wanted):
             if new_ids:
                 ids = torch.tensor([new_ids] * batch, device=self.device)  # [B, T]
-                self.model.model.encoder(input_ids=ids, past_key_values=cache)
+                self.model.model.encoder(input_ids=ids, **with_cache(cache))
                 length += len(new_ids)
             buffers, step = self._step_for(cache, batch, bucket)
             self._start_canvas(buffers, cache, batch, length, entropy_bound, confidence_threshold, generator)
@@ -276,7 +277,7 @@ class CompiledDenoiser:
             if all(any(token in self.eos_ids for token in row) for row in rows):
                 break
             new_ids = None
-            self.model.model.encoder(input_ids=canvas, past_key_values=cache)
+            self.model.model.encoder(input_ids=canvas, **with_cache(cache))
             length += self.canvas_length
         return DenoiseOutput(
             answers=answers,
@@ -367,7 +368,7 @@ class CompiledDenoiser:
                 self_conditioning_logits=buffers.self_conditioning,
                 self_conditioning_mask=buffers.self_conditioning_on,
                 decoder_attention_mask=buffers.masks or None,
-                past_key_values=cache,
+                **with_cache(cache),
                 decoder_position_ids=buffers.positions,
             ).last_hidden_state
             logits = model.lm_head(hidden)  # [B, L, V] in the model dtype; softcap happens in the sampler

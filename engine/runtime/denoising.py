@@ -27,6 +27,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import Entro
 
 from ..api import DenoiseRequest, DenoiseResult, Draft, GenerationSettings, RawCandidate, Timings
 from ..errors import BadRequestError, CancelledError
+from .cache_keyword import with_cache
 from .compiled_step import CompiledDenoiser, compile_enabled
 from .loading import load_model_and_tokenizer
 from .memory_plan import default_prompt_cache_bytes
@@ -221,7 +222,7 @@ class DenoisingRuntime:
             with self._sampler(sampler):
                 output = self.model.generate(
                     last_token,
-                    past_key_values=cache,
+                    **with_cache(cache),
                     streamer=streamer,
                     logits_processor=processors,
                     max_new_tokens=max_tokens,
@@ -271,7 +272,7 @@ class DenoisingRuntime:
 
     def _encode_into(self, cache: DynamicCache, ids: list[int]) -> None:
         input_ids = torch.tensor([ids], device=self.device)  # [1, T]
-        self.model.model.encoder(input_ids=input_ids, past_key_values=cache)
+        self.model.model.encoder(input_ids=input_ids, **with_cache(cache))
 
     def _rewrite_setup(self, request: DenoiseRequest, full_steps: int, batch: int, processors):
         """Steps, sampler and generate kwargs of a rewrite: start at time `strength` (rewriting.py)."""

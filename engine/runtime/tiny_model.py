@@ -79,6 +79,9 @@ def ensure_tiny_model() -> Path:
     # Build into a temporary sibling and rename: two processes starting at once never see half a folder.
     staging = Path(tempfile.mkdtemp(prefix="tiny-build-", dir=folder.parent))
     try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # its "Writing model shards" bar is noise in an editor's log
         build_tiny_tokenizer().save_pretrained(staging)
         build_tiny_model().save_pretrained(staging)
         try:

@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from ..runtime.cache_keyword import with_cache
+
 
 @dataclass(frozen=True)
 class Batch:
@@ -74,7 +76,7 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
     positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
     encoder = model.model.encoder(
         input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions,
-        past_key_values=DynamicCache(config=model.config.text_config), use_cache=True,
+        **with_cache(DynamicCache(config=model.config.text_config)), use_cache=True,
     )
     cache = encoder.past_key_values
 
@@ -86,7 +88,7 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
 
     lengths = batch.prompt_mask.sum(-1, keepdim=True)  # [B, 1]
     decoder_kwargs = dict(
-        past_key_values=cache,
+        **with_cache(cache),
         decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(canvas)], dim=-1),
         decoder_position_ids=lengths + torch.arange(canvas_length, device=device),  # [B, C]
     )

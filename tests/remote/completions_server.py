@@ -1,6 +1,7 @@
 """A real HTTP server implementing the subset of vLLM's OpenAI-compatible API that engine/remote uses.
 
-`GET /v1/models` and `POST /v1/completions` (streamed as server-sent events or
+`GET /v1/models` (one model card: `id` the served name, `root` the checkpoint, as vLLM
+lists a `--served-model-name` alias) and `POST /v1/completions` (streamed as server-sent events or
 not; `model`, `prompt`, `max_tokens`, `n`, `seed`, `logprobs`, `stream`,
 `stream_options.include_usage`, `add_special_tokens`; `suffix` rejected with
 400 as vLLM does for DiffusionGemma; `Authorization: Bearer` when a key is set).
@@ -103,6 +104,9 @@ class CompletionsServer:
     def __init__(self, runtime, *, model: str = "tiny", api_key: str | None = None) -> None:
         self.runtime = runtime
         self.model = model
+        """The served name (vLLM's --served-model-name, else the checkpoint)."""
+        self.root: str | None = None
+        """The checkpoint listed as the model card's `root`; None: the served name itself, as vLLM does."""
         self.api_key = api_key
         self.behaviour = Behaviour()
         self.counters = Counters()
@@ -161,6 +165,7 @@ class CompletionsServer:
         self._httpd = None
 
     def reset(self) -> None:
+        self.model, self.root = "tiny", None
         self.behaviour = Behaviour()
         self.counters = Counters()
         self.streaming.clear()
@@ -224,7 +229,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._error(401, "invalid API key")
         if (status := self.owner.behaviour.probe_status) is not None:
             return self._error(status, "the server is not ready")
-        self._json(200, {"object": "list", "data": [{"id": self.owner.model, "object": "model"}]})
+        card = {"id": self.owner.model, "object": "model", "owned_by": "vllm", "root": self.owner.root or self.owner.model}
+        self._json(200, {"object": "list", "data": [card]})
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)

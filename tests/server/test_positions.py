@@ -51,6 +51,16 @@ def test_a_column_inside_a_code_point_rounds_down(encoding, character, expected)
     assert LineIndex("😀x").offset(0, character, encoding) == expected
 
 
+@pytest.mark.parametrize(
+    "encoding, end, expected",
+    [("utf-16", 1, (0, 1)), ("utf-8", 1, (0, 1)), ("utf-8", 3, (0, 1)), ("utf-8", 4, (0, 1)), ("utf-32", 1, (0, 1))],
+)
+def test_a_range_end_inside_a_code_point_covers_it_and_an_empty_range_stays_empty(encoding, end, expected):
+    index = LineIndex("😀x")
+    assert index.span((0, 0), (0, end), encoding) == expected
+    assert index.span((0, end), (0, end), encoding) == (index.offset(0, end, encoding),) * 2
+
+
 def test_a_column_past_the_line_end_means_the_line_end():
     index = LineIndex("ab\r\ncd")
     assert index.offset(0, 99, "utf-16") == 2

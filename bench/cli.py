@@ -30,6 +30,7 @@ BENCHMARKS = {
     "moe": ("dgemma_lsp.bench.moe", "one quantized MoE layer: fused Triton kernels vs the per-expert loop (ops, error, ms)"),
     "load": ("dgemma_lsp.bench.load", "one model load: peak host memory, resident bytes, time (first vs cached start)"),
     "rewrite": ("dgemma_lsp.bench.rewrite", "share of a selection kept by \"Rewrite selection\", per strength"),
+    "dryrun": ("dgemma_lsp.bench.dryrun", "the CUDA path at full size on virtual GPUs (fake tensors, no GPU): syncs, ops, memory"),
 }
 
 

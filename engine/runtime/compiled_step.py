@@ -268,7 +268,8 @@ class CompiledDenoiser:
                 if confidence_threshold is not None and bool(finished_host.all()):
                     break
             canvas = buffers.argmax.clone()  # [B, L]: the emitted canvas is the argmax canvas
-            rows = canvas.tolist()
+            # ... which the last step already copied out: no second device-to-host read per canvas.
+            rows = draft_host.tolist()
             confidences.append(buffers.confidence.float().cpu())
             for row, answer in zip(rows, answers, strict=True):
                 answer.extend(row)

@@ -96,3 +96,12 @@ def test_near_zero_temperature_samples_the_argmax():
     inv_t, seed = _device_scalars(1e4, 1)
     out = sample_logits(logits, inv_t, seed, block_v=32)
     assert torch.equal(out.sample, out.argmax)
+
+
+def test_sampler_is_a_custom_op_whose_fake_matches_the_kernel():
+    """opcheck: the schema says it writes `scaled_out` and nothing else, the fake matches the launch."""
+    logits = _logits(1, 4, 300, seed=9).reshape(4, 300)
+    inv_t, seed = _device_scalars(1.25, 2)
+    torch.library.opcheck(torch.ops.dgemma.sample_logits.default, (logits, torch.empty_like(logits), inv_t, seed,
+                                                                     30.0, 128))  # fmt: skip
+    torch.library.opcheck(torch.ops.dgemma.sample_logits.default, (logits, None, inv_t, seed, 0.0, 128))

@@ -185,6 +185,7 @@ def _make_watcher():
             self.peak_site = ""
             self.recording = False  # where the peak happens: only during requests (a frame walk per new peak)
             self.mismatches = 0
+            self.fused_attention = 0  # SDPA calls accounted as a fused kernel (see _make_function_mode)
             self.syncs: collections.Counter[str] = collections.Counter()
             self.step: _StepFigures | None = None
             self.weights: dict[int, int] = {}  # id(storage) -> bytes of the model's tensors
@@ -291,13 +292,24 @@ def _make_watcher():
     return Watcher()
 
 
-def _make_tolist_mode(watcher):
-    """`Tensor.tolist` on a fake tensor: C++ reads the data directly (no operator to see), so it is
-    answered here with zeros of its shape, and counted as a sync when the tensor is on CUDA."""
+def _make_function_mode(watcher):
+    """Two calls answered above the dispatcher: `Tensor.tolist` on a fake tensor reads every element
+    (`_local_scalar_dense` each), so it is answered once per call with zeros of its shape and counted
+    as one sync when the tensor is on CUDA (one copy out); SDPA is accounted as the fused kernel."""
+    import torch
     from torch.overrides import TorchFunctionMode
 
-    class ToListMode(TorchFunctionMode):
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    class FunctionMode(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is sdpa:
+                # On a GPU, SDPA runs a fused kernel (memory-efficient or flash) that keeps only its
+                # output; on fake CUDA tensors it would decompose into the math fallback, with fp32
+                # copies of q/k/v and the whole score matrix. Account it as the fused kernel.
+                query, value = args[0], args[2] if len(args) > 2 else kwargs["value"]
+                watcher.fused_attention += 1
+                return query.new_empty((*query.shape[:-1], value.shape[-1]))
             if getattr(func, "__name__", None) == "tolist":
                 tensor = args[0]
                 if tensor.device.type == "cuda":
@@ -305,7 +317,7 @@ def _make_tolist_mode(watcher):
                 return _zeros(tuple(tensor.shape), tensor.dtype)
             return func(*args, **(kwargs or {}))
 
-    return ToListMode()
+    return FunctionMode()
 
 
 def _zeros(shape: tuple[int, ...], dtype):
@@ -508,7 +520,7 @@ def run_dryrun(gpus=GPUS, modes=MODES, prompts=PROMPTS, candidates=CANDIDATES, *
         skeleton = _skeleton(config)  # on the meta device, as the loader builds it: before the fake mode
         layout = checkpoint_layout(skeleton)
         # Non-fake inputs allowed: the skeleton's meta tensors, which the loader replaces.
-        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True), watcher, _make_tolist_mode(watcher):
+        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True), watcher, _make_function_mode(watcher):
             loaded = time.perf_counter()
             model = load_fake(skeleton, layout, mode)
             del skeleton

@@ -131,6 +131,8 @@ def sample_logits(
 
     `softcap` > 0 applies the model's final softcap in registers, so the lm_head
     output is read as is (transformers makes a fp32 copy and three passes for it).
+    `scaled_out` may be `logits` itself (the compiled step does that): each
+    position is read before the same program writes it back, scaled.
     """
     assert logits.stride(-1) == 1, "the kernel reads each row's vocabulary contiguously"
     batch, length, vocab = logits.shape

@@ -86,3 +86,17 @@ def test_a_virtual_gpu_answers_its_capability_and_gives_it_back():
         assert fused_moe.fused_supported(torch.device("cuda"), "fp8", 64)
     with dryrun.virtual_gpu(GPU):
         assert fused_moe._capability(None) == (8, 9)
+
+
+def test_a_step_allocates_no_logits_tensor_of_its_own(tiny_report):
+    """Fix: the lm_head writes into the self-conditioning buffer and the sampler scales it in place.
+    What is left per step is transformers' self-conditioning softmax (fp32) and its bf16 copy."""
+    for run in tiny_report.runs:
+        assert run.vocab_sized_allocations_per_step == 2, run
+
+
+def test_a_canvas_reads_the_device_once_per_step_and_once_at_its_end(tiny_report):
+    """Fix: the emitted canvas is the last draft already copied out, not a second read of the device.
+    Per step: the draft and the finished flags (one stream sync on graphs); per canvas: the confidences."""
+    for run in tiny_report.runs:
+        assert run.host_syncs_per_canvas == 2 * run.steps + 1, run.sync_sites

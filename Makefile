@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help demo test e2e bench bench-gpu lint vsix tools clean
+.PHONY: help demo test e2e bench bench-gpu dryrun lint vsix tools clean
 
 help:  ## list the commands
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -42,8 +42,24 @@ bench-gpu: $(STAMP)  ## GPU benchmarks: full-size DiffusionGemma vs autoregressi
 	$(VENV)/bin/dgemma-lsp bench moe --shape full
 	$(VENV)/bin/dgemma-lsp bench step
 
+# The CUDA build of the same torch, from PyPI (~4.7 GB, no GPU needed): --isolated skips this
+# machine's pip config, whose find-links serve the CPU build under the same version number.
+CUDA_VENV := .venv-cuda
+CUDA_STAMP := $(CUDA_VENV)/.installed
+$(CUDA_STAMP): pyproject.toml
+	test -x $(CUDA_VENV)/bin/python || $(PYTHON) -m venv $(CUDA_VENV)
+	$(CUDA_VENV)/bin/python -m pip install -q --isolated --index-url https://pypi.org/simple torch==2.13.0
+	$(CUDA_VENV)/bin/python -c "import torch; assert torch.version.cuda, torch.__version__"
+	$(CUDA_VENV)/bin/python -m pip install -q -e '.[dev]'
+	touch $(CUDA_STAMP)
+
+dryrun: $(CUDA_STAMP)  ## the CUDA path at full size on virtual GPUs (4090/5090/H100, fake tensors, no GPU) -> artifacts/dryrun.json
+	$(CUDA_VENV)/bin/python -m pytest -q -p no:cacheprovider tests/dryrun
+	mkdir -p artifacts
+	$(CUDA_VENV)/bin/dgemma-lsp bench dryrun --json > artifacts/dryrun.json
+
 lint: $(STAMP)  ## ruff
 	$(VENV)/bin/ruff check server engine bench tests examples
 
 clean:
-	rm -rf $(VENV) .tools build *.egg-info
+	rm -rf $(VENV) $(CUDA_VENV) .tools build *.egg-info

@@ -35,6 +35,7 @@ BENCHMARKS = {
     "crossfile": ("dgemma_lsp.bench.crossfile", "model-free recall of cross-file context on real multi-file packages"),
     "nextedit": ("dgemma_lsp.bench.nextedit", "next-edit proposals vs the next real edit between two package releases"),
     "soak": ("dgemma_lsp.bench.soak", "N documents opened, edited, completed, closed: does the server's RSS level off?"),
+    "dryrun": ("dgemma_lsp.bench.dryrun", "the CUDA path at full size on virtual GPUs (fake tensors, no GPU): syncs, ops, memory"),
 }
 
 

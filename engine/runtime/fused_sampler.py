@@ -131,24 +131,55 @@ def sample_logits(
 
     `softcap` > 0 applies the model's final softcap in registers, so the lm_head
     output is read as is (transformers makes a fp32 copy and three passes for it).
+    `scaled_out` may be `logits` itself (the compiled step does that): each
+    position is read before the same program writes it back, scaled.
     """
     assert logits.stride(-1) == 1, "the kernel reads each row's vocabulary contiguously"
     batch, length, vocab = logits.shape
-    rows = logits.reshape(batch * length, vocab)
-    shape = (batch, length)
-    sample = torch.empty(shape, dtype=torch.int64, device=logits.device)
-    argmax = torch.empty(shape, dtype=torch.int64, device=logits.device)
-    entropy = torch.empty(shape, dtype=torch.float32, device=logits.device)
-    confidence = torch.empty(shape, dtype=torch.float32, device=logits.device)
     if scaled_out is not None:
         assert scaled_out.shape == logits.shape and scaled_out.stride() == logits.stride(), "scaled_out mirrors logits"
     block_v = block_v or min(4096, triton.next_power_of_2(vocab))
-    sample_logits_kernel[(batch * length,)](
+    sample, argmax, entropy, confidence = torch.ops.dgemma.sample_logits(
+        logits.reshape(batch * length, vocab), scaled_out, inv_temperature, seed, float(softcap or 0.0), block_v
+    )
+    shape = (batch, length)
+    return SampledLogits(sample.view(shape), argmax.view(shape), entropy.view(shape), confidence.view(shape),
+                         scaled_out)  # fmt: skip
+
+
+# The launch as a torch custom op: FakeTensorMode (bench/dryrun.py), torch.compile and operator
+# counters see one operator with known output shapes; the real implementation is the Triton launch.
+
+
+@torch.library.custom_op("dgemma::sample_logits", mutates_args=("scaled_out",))
+def _sample_logits_op(
+    rows: torch.Tensor,
+    scaled_out: torch.Tensor | None,
+    inv_temperature: torch.Tensor,
+    seed: torch.Tensor,
+    softcap: float,
+    block_v: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One launch of `sample_logits_kernel` over `rows` `[R, V]`: (sample, argmax, entropy, confidence), each `[R]`;
+    writes rows / T into `scaled_out` (any shape with R * V elements laid out as rows) when given."""
+    sample, argmax, entropy, confidence = _sampled_outputs(rows)
+    sample_logits_kernel[(rows.shape[0],)](
         rows, scaled_out if scaled_out is not None else rows, inv_temperature, seed,
-        sample, argmax, entropy, confidence, vocab, rows.stride(0), float(softcap or 1.0),
+        sample, argmax, entropy, confidence, rows.shape[1], rows.stride(0), softcap or 1.0,
         APPLY_SOFTCAP=bool(softcap), WRITE_SCALED=scaled_out is not None, BLOCK_V=block_v,
     )  # fmt: skip
-    return SampledLogits(sample, argmax, entropy, confidence, scaled_out)
+    return sample, argmax, entropy, confidence
+
+
+@_sample_logits_op.register_fake
+def _(rows, scaled_out, inv_temperature, seed, softcap, block_v):
+    return _sampled_outputs(rows)
+
+
+def _sampled_outputs(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    count = rows.shape[0]
+    return (rows.new_empty(count, dtype=torch.int64), rows.new_empty(count, dtype=torch.int64),
+            rows.new_empty(count, dtype=torch.float32), rows.new_empty(count, dtype=torch.float32))  # fmt: skip
 
 
 def temperature(cur_step: int, steps: int, t_min: float, t_max: float) -> float:

@@ -49,6 +49,10 @@ log = logging.getLogger(__name__)
 ProgressFn = Callable[[int, int], None]
 """Called with (shards done, shards in all) after each shard."""
 
+PACK_CHUNK_BYTES = 128 * 1024**2
+"""fp32 bytes of the experts packed per quantize call while loading onto a GPU (inside its 1 GiB margin)."""
+HOST_PACK_CHUNK_BYTES = 0
+"""The same on a CPU device, where the temporaries share host memory with the load: 0, one expert per call."""
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 DTYPE_BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
@@ -156,11 +160,8 @@ def stream_load(skeleton: nn.Module, folder: Path, *, device: str, dtype: torch.
     from safetensors import safe_open
 
     assert mode in PACKED_MODES, f"stream_load packs weights; got mode {mode!r}"
-    mapper = KeyMapper(skeleton)
-    targets = _quantized_targets(skeleton, replace_with_mode=mode)
-    parameters = _tied_names(skeleton)
+    filler = SkeletonFiller(skeleton, device=device, mode=mode, group_size=group_size)
     files = checkpoint_files(folder)
-    unexpected: list[str] = []
     if progress is not None:
         progress(0, len(files))
     with torch.no_grad():
@@ -168,26 +169,55 @@ def stream_load(skeleton: nn.Module, folder: Path, *, device: str, dtype: torch.
             # One shard mapped at a time: its pages leave the process when the handle closes.
             with safe_open(str(file), framework="pt", device="cpu") as shard:
                 for key in shard.keys():
-                    name = mapper(key)
-                    if is_vision_key(name):
-                        continue  # never read
-                    if name in targets:
-                        module, which = targets[name]
-                        _pack_into(module, which, shard.get_tensor(key), mode, group_size, device)
-                    elif name in parameters:
-                        _assign_parameter(skeleton, parameters[name], shard.get_tensor(key), device)
-                    elif _is_buffer(skeleton, name):
-                        _assign_buffer(skeleton, name, shard.get_tensor(key), device)
-                    else:
-                        unexpected.append(key)
+                    filler.put(key, lambda key=key: shard.get_tensor(key))
             if progress is not None:
                 progress(done, len(files))
-    if unexpected:
-        log.warning("checkpoint keys the model does not use: %s", ", ".join(unexpected[:5]))
-    _check_complete(skeleton, folder)
-    _initialize_the_rest(skeleton, device)
-    skeleton._dgemma_quantization = (mode, group_size)  # read by save_quantized
-    return _report_from_loaded(skeleton, mode, group_size)
+    return filler.finish(f"model folder '{folder}'")
+
+
+class SkeletonFiller:
+    """Places checkpoint tensors, one at a time and by checkpoint key, into a meta-device skeleton:
+    experts and text linears packed in `mode` ("none": none packed), everything else cast and placed.
+
+    `stream_load` feeds it from safetensors shards; the virtual-GPU dry run (bench/dryrun.py) feeds
+    it fake tensors of the checkpoint's shapes, so both run this same placement code.
+    """
+
+    def __init__(self, skeleton: nn.Module, *, device: str, mode: str, group_size: int = DEFAULT_GROUP_SIZE) -> None:
+        self.skeleton = skeleton
+        self.device = device
+        self.mode = mode
+        self.group_size = group_size
+        self.mapper = KeyMapper(skeleton)
+        self.targets = _quantized_targets(skeleton, replace_with_mode=mode) if mode in PACKED_MODES else {}
+        self.parameters = _tied_names(skeleton)
+        self.unexpected: list[str] = []
+
+    def put(self, key: str, read: Callable[[], torch.Tensor]) -> None:
+        """Place the checkpoint tensor `key`; `read()` gives it (in host memory), called only when it is used."""
+        name = self.mapper(key)
+        if is_vision_key(name):
+            return  # never read
+        with torch.no_grad():
+            if name in self.targets:
+                module, which = self.targets[name]
+                _pack_into(module, which, read(), self.mode, self.group_size, self.device)
+            elif name in self.parameters:
+                _assign_parameter(self.skeleton, self.parameters[name], read(), self.device)
+            elif _is_buffer(self.skeleton, name):
+                _assign_buffer(self.skeleton, name, read(), self.device)
+            else:
+                self.unexpected.append(key)
+
+    def finish(self, source: str) -> QuantizationReport:
+        """Check every weight arrived (ModelLoadError naming `source` if not), build the buffers no
+        checkpoint holds, and report what was packed."""
+        if self.unexpected:
+            log.warning("checkpoint keys the model does not use: %s", ", ".join(self.unexpected[:5]))
+        _check_complete(self.skeleton, source)
+        _initialize_the_rest(self.skeleton, self.device)
+        self.skeleton._dgemma_quantization = (self.mode, self.group_size)  # read by save_quantized
+        return _report_from_loaded(self.skeleton, self.mode, self.group_size)
 
 
 # -- pieces -------------------------------------------------------------------------------
@@ -228,16 +258,20 @@ def _pack_into(module: nn.Module, which: str, weight: torch.Tensor, mode: str, g
     if weight.dim() == 2:
         data, scales = quantize(weight.to(device), mode, group_size)
     else:
-        # [E, N, K] one expert at a time: the fp32 temporaries stay one expert big, and the
-        # packed stack is written in place rather than stacked (no second copy).
+        # [E, N, K] a few experts at a time: the fp32 temporaries stay about the chunk's bytes
+        # (the full model's gate_up is 16 MB per expert in fp32), and the packed stack is written
+        # in place rather than stacked (no second copy). One expert per call was 7,680 small
+        # quantize calls per load on a GPU; each expert packs the same either way (groups are per row).
+        budget = PACK_CHUNK_BYTES if str(device).startswith("cuda") else HOST_PACK_CHUNK_BYTES
+        chunk = max(1, budget // (weight[0].numel() * 4))
         data = scales = None
-        for expert in range(weight.shape[0]):
-            expert_data, expert_scales = quantize(weight[expert].to(device), mode, group_size)
+        for start in range(0, weight.shape[0], chunk):
+            chunk_data, chunk_scales = quantize(weight[start : start + chunk].to(device), mode, group_size)
             if data is None:
-                data = torch.empty((weight.shape[0], *expert_data.shape), dtype=expert_data.dtype, device=device)
-                scales = torch.empty((weight.shape[0], *expert_scales.shape), dtype=expert_scales.dtype,
+                data = torch.empty((weight.shape[0], *chunk_data.shape[1:]), dtype=chunk_data.dtype, device=device)
+                scales = torch.empty((weight.shape[0], *chunk_scales.shape[1:]), dtype=chunk_scales.dtype,
                                      device=device)
-            data[expert], scales[expert] = expert_data, expert_scales
+            data[start : start + chunk], scales[start : start + chunk] = chunk_data, chunk_scales
     setattr(module, f"{which}_data", data)
     setattr(module, f"{which}_scales", scales)
     module._is_hf_initialized = True  # initialize_weights must leave packed modules alone
@@ -284,13 +318,13 @@ def _owned(value: torch.Tensor, dtype: torch.dtype, device: str) -> torch.Tensor
     return value.to(device=device, dtype=dtype, copy=True)
 
 
-def _check_complete(model: nn.Module, folder: Path) -> None:
+def _check_complete(model: nn.Module, source: str) -> None:
     missing = [name for name, param in model.named_parameters() if param.device.type == "meta"]
     missing += [name for module in model.modules() if isinstance(module, QuantizedExperts | QuantizedLinear)
                 for name, buffer in module.named_buffers() if buffer.numel() == 0]
     if missing:
         raise ModelLoadError(
-            f"model folder '{folder}' lacks {len(missing)} weights the model needs, e.g. {', '.join(missing[:3])}"
+            f"{source} lacks {len(missing)} weights the model needs, e.g. {', '.join(missing[:3])}"
         )
 
 

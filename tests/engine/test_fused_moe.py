@@ -182,3 +182,58 @@ def test_tiny_model_logits_with_kernels_equal_the_torch_loop():
             logits[backend] = model(input_ids=prompt, decoder_input_ids=canvas).logits
         assert (launches.launches > 0) == (backend == "triton")
     torch.testing.assert_close(logits["triton"], logits["torch"], rtol=1e-3, atol=1e-4)
+
+
+def _gemm_cases():
+    """(args, kwargs) of dgemma::dequant_gemm for its three uses: routed gate_up, routed down, dense."""
+    generator = torch.Generator().manual_seed(7)
+    module = QuantizedExperts.from_experts(_Experts(generator), "int4", GROUP)
+    hidden = torch.randn(CANVAS, HIDDEN, generator=generator)
+    index, weights = _routing(CANVAS, 2, generator)
+    routing = fused_moe.align_routing(index, EXPERTS, 16)
+    pairs = routing.num_pairs
+    gate_up = ((hidden, module.gate_up_data, module.gate_up_scales, routing.sorted_pairs, routing.block_experts,
+                routing.rows_used, None),
+               dict(num_rows=pairs, out_rows=pairs, n=WIDTH, a_row_div=2, out_row_div=1, block_m=16, mode="int4",
+                    gated=True))  # fmt: skip
+    intermediate = torch.randn(pairs, WIDTH, generator=generator)
+    down = ((intermediate, module.down_data, module.down_scales, routing.sorted_pairs, routing.block_experts,
+             routing.rows_used, weights),
+            dict(num_rows=pairs, out_rows=CANVAS, n=HIDDEN, a_row_div=1, out_row_div=2, block_m=16, mode="int4",
+                 gated=False))  # fmt: skip
+    data, scales = quantize(torch.randn(24, HIDDEN, generator=generator), "int8", GROUP)
+    dense = ((hidden, data.unsqueeze(0), scales.unsqueeze(0), None, None, None, None),
+             dict(num_rows=CANVAS, out_rows=CANVAS, n=24, a_row_div=1, out_row_div=1, block_m=16, mode="int8",
+                  gated=False))  # fmt: skip
+    return {"gate_up": gate_up, "down": down, "dense": dense}, index
+
+
+@pytest.mark.parametrize("case", ["gate_up", "down", "dense"])
+def test_dequant_gemm_is_a_custom_op_whose_fake_matches_the_kernel(case):
+    """opcheck: schema (nothing mutated), fake implementation vs the real launch, and tracing."""
+    cases, _ = _gemm_cases()
+    args, kwargs = cases[case]
+    torch.library.opcheck(torch.ops.dgemma.dequant_gemm.default, args, kwargs)
+
+
+def test_align_routing_is_a_custom_op_whose_fake_matches_the_kernel():
+    _, index = _gemm_cases()
+    flat = index.view(-1)
+    order = torch.argsort(flat, stable=True)
+    torch.library.opcheck(torch.ops.dgemma.align_routing.default, (flat, order, EXPERTS, 16))
+
+
+def test_fused_experts_trace_whole_into_one_graph():
+    """torch.compile sees the kernels as operators: no graph break, the same output as eager."""
+    generator = torch.Generator().manual_seed(8)
+    module = QuantizedExperts.from_experts(_Experts(generator), "int8", GROUP)
+    hidden = torch.randn(CANVAS, HIDDEN, generator=generator)
+    index, weights = _routing(CANVAS, 2, generator)
+
+    def experts(hidden, index, weights):
+        return fused_moe.fused_experts(hidden, index, weights, gate_up_data=module.gate_up_data,
+                                       gate_up_scales=module.gate_up_scales, down_data=module.down_data,
+                                       down_scales=module.down_scales, mode="int8")  # fmt: skip
+
+    compiled = torch.compile(experts, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(hidden, index, weights), experts(hidden, index, weights))

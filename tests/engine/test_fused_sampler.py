@@ -96,3 +96,25 @@ def test_near_zero_temperature_samples_the_argmax():
     inv_t, seed = _device_scalars(1e4, 1)
     out = sample_logits(logits, inv_t, seed, block_v=32)
     assert torch.equal(out.sample, out.argmax)
+
+
+def test_sampler_is_a_custom_op_whose_fake_matches_the_kernel():
+    """opcheck: the schema says it writes `scaled_out` and nothing else, the fake matches the launch."""
+    logits = _logits(1, 4, 300, seed=9).reshape(4, 300)
+    inv_t, seed = _device_scalars(1.25, 2)
+    torch.library.opcheck(torch.ops.dgemma.sample_logits.default, (logits, torch.empty_like(logits), inv_t, seed,
+                                                                     30.0, 128))  # fmt: skip
+    torch.library.opcheck(torch.ops.dgemma.sample_logits.default, (logits, None, inv_t, seed, 0.0, 128))
+
+
+def test_scaling_in_place_over_the_logits_gives_what_a_separate_output_gets():
+    """The compiled step writes the lm_head output into the self-conditioning buffer and samples it in place."""
+    logits = _logits(2, 4, 300, seed=11)
+    inv_t, seed = _device_scalars(1.0 / 0.6, 4)
+    scaled = torch.empty_like(logits)
+    apart = sample_logits(logits, inv_t, seed, scaled_out=scaled, softcap=30.0, block_v=128)
+    in_place = logits.clone()
+    together = sample_logits(in_place, inv_t, seed, scaled_out=in_place, softcap=30.0, block_v=128)
+    assert torch.equal(in_place, scaled)
+    for name in ("sample", "argmax", "entropy", "confidence"):
+        assert torch.equal(getattr(together, name), getattr(apart, name)), name

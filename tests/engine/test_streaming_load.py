@@ -21,7 +21,7 @@ import torch
 from transformers import AutoConfig, DiffusionGemmaForBlockDiffusion
 
 from dgemma_lsp.engine.errors import ModelLoadError
-from dgemma_lsp.engine.runtime import loading
+from dgemma_lsp.engine.runtime import loading, streaming
 from dgemma_lsp.engine.runtime.memory_plan import GIB, FitPlan, check_fit
 from dgemma_lsp.engine.runtime.quantization import QuantizedExperts, quantize_model
 from dgemma_lsp.engine.runtime.streaming import stream_load
@@ -43,7 +43,12 @@ def _names(model) -> list[str]:
     return [name for name, _ in model.named_parameters()] + [name for name, _ in model.named_buffers()]
 
 
-def test_streamed_int4_matches_from_pretrained_then_quantize_without_the_vision_tower():
+# None: the host default (one expert per call); 3 gate_up experts' fp32 bytes: a chunk of 3 and a
+# last chunk of 1 of the 4 tiny experts, as a GPU load packs them (down: all 4 in one call).
+@pytest.mark.parametrize("chunk_bytes", [None, 3 * 2 * 64 * 64 * 4])
+def test_streamed_int4_matches_from_pretrained_then_quantize_without_the_vision_tower(chunk_bytes, monkeypatch):
+    if chunk_bytes is not None:
+        monkeypatch.setattr(streaming, "HOST_PACK_CHUNK_BYTES", chunk_bytes)
     folder = ensure_tiny_model()
     reference = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32)
     quantize_model(reference, "int4")

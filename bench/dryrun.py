@@ -1,0 +1,685 @@
+"""`dgemma-lsp bench dryrun`: the product's CUDA path at full size on virtual GPUs, without a GPU.
+
+For each virtual GPU (`GPUS`: compute capability, memory, bandwidth) and each
+`--quantization` mode the loader accepts on it (its own fit rule, memory_plan),
+this runs the code a completion runs on CUDA, on fake CUDA tensors
+(`torch._subclasses.fake_tensor.FakeTensorMode`: shapes, dtypes and devices,
+no data, no driver):
+- the model as the loader builds it: the text-only skeleton on the meta device,
+  filled by the streaming loader's own placement code (`streaming.SkeletonFiller`)
+  from fake checkpoint tensors of the real shapes, packed in the mode;
+- a request through the compiled path (`compiled_step.CompiledDenoiser`, the
+  step function called eagerly, as it runs while being captured): the prompt
+  cache's snapshot of the stable part, its restore into the live static cache,
+  the tail encoded, then denoising steps with the fused sampler and the draft
+  copied out after each, for 512- and 4,096-token prompts and 1 and 4 candidates.
+
+A `TorchDispatchMode` watches every operator: device mismatches (FakeTensor
+raises them), host syncs (a device value read on the host, a device-to-host
+copy, an operator whose output shape depends on device data), operators and
+custom-kernel launches (`dgemma::*` ops, one Triton launch each) per step, the
+bytes of live fake CUDA storages (peak against the card), and the weight and
+cache bytes one step reads (the bandwidth floor). `torch.cuda.get_device_capability`
+gets each virtual GPU's answer; nothing else of the CUDA runtime is touched
+(patching `is_available` reaches the real runtime and aborts the process).
+
+What a fake run cannot see: kernel workspaces (cuBLAS, attention), the CUDA
+context and allocator fragmentation (hence the 1 GB the targets keep free),
+Triton compile errors, numerics and time. Needs the CUDA build of torch
+(`make dryrun` installs it in `.venv-cuda`): the CPU build cannot make fake
+CUDA tensors. torch is imported inside functions: the CLI imports this module
+on every start.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import gc
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+
+import msgspec
+
+from .report import say, write_report
+
+GIB = 1024**3
+VLLM_MS_PER_STEP = 9.1
+"""vLLM, one H100, batch 1, FP8, 4,096-token prompt: 145.7 ms per 256-token canvas of 16 steps."""
+SPARE_BYTES = GIB
+"""Left free on every card beyond the peak: CUDA context, kernel workspaces, fragmentation."""
+INT4_4090_TARGET_BYTES = 18 * 10**9
+"""The issue's target for int4 on an RTX 4090 at 4 candidates and a 4,096-token prompt."""
+PROMPTS = (512, 4096)
+CANDIDATES = (1, 4)
+STEPS = 2
+"""Steps per canvas: the second is the steady state (self-conditioning on); more would repeat it."""
+TAIL_TOKENS = 16
+"""Prompt ids after the stable part: encoded per request, as a keystroke's tail is."""
+MODES = ("int4", "fp8", "int8", "none")
+
+
+class VirtualGpu(msgspec.Struct, frozen=True, rename="camel"):
+    name: str
+    capability: tuple[int, int]
+    memory_bytes: int
+    bandwidth_bytes_per_s: float
+
+
+GPUS = (
+    VirtualGpu("RTX 4090", (8, 9), 24 * GIB, 1.0e12),
+    VirtualGpu("RTX 5090", (12, 0), 32 * GIB, 1.8e12),
+    VirtualGpu("H100", (9, 0), 80 * GIB, 3.35e12),
+)
+
+
+class RunFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One request on one virtual GPU in one mode."""
+
+    gpu: str
+    mode: str
+    prompt_tokens: int
+    candidates: int
+    steps: int
+    device_mismatches: int
+    """Operators that mixed CPU and CUDA tensors (FakeTensorDeviceMismatchError)."""
+    host_syncs_per_step: int
+    """Inside one denoising step (the function a CUDA graph captures): must be 0."""
+    host_syncs_per_canvas: int
+    """The whole request (prompt cache, tail, one canvas of `steps` steps, drafts copied out)."""
+    sync_sites: dict[str, int]
+    """Where the request's host syncs happen: 'file:line op' -> count."""
+    ops_per_step: int
+    """Operators dispatched in one step (the last one)."""
+    custom_kernel_launches_per_step: int
+    """dgemma::* operators (one Triton launch each) in that step."""
+    vocab_sized_allocations_per_step: int
+    """New tensors of at least a [B, L, V] bf16 logits' bytes in that step (they dominate activations)."""
+    peak_bytes: int
+    """Most bytes of live fake CUDA storages during the request, weights included."""
+    peak_site: str
+    """The line whose operator reached the peak."""
+    resident_bytes: int
+    """Bytes of the loaded model (weights and buffers) on the card."""
+    card_bytes: int
+    within_card: bool
+    """peak_bytes <= card_bytes - SPARE_BYTES."""
+    weight_bytes_per_step: int
+    """Bytes of the model's weights the step's operators read (embedding lookups: the rows only)."""
+    cache_bytes_per_step: int
+    """Bytes of the static KV cache the step's operators read."""
+    floor_ms_per_step: float
+    """weight_bytes_per_step at the card's bandwidth."""
+    floor_with_cache_ms_per_step: float
+    error: str | None = None
+    """The exception that stopped the request, if one did."""
+
+
+class DryRunReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    torch_version: str
+    transformers_version: str
+    gpus: list[VirtualGpu]
+    modes_offered: dict[str, list[str]]
+    """Per virtual GPU: the modes the loader's fit rule accepts on a card with nothing else on it."""
+    planned_bytes: dict[str, int]
+    """Per mode: resident bytes the loader plans from the checkpoint's shapes."""
+    runs: list[RunFigure]
+    vllm_ms_per_step: float
+    targets: dict[str, float]
+    failures: list[str]
+    """Runs that would fail on a real card (`failures()`), one line each; empty when everything holds."""
+    targets_missed: list[str]
+    """Product targets missed (`targets_missed()`)."""
+    cpu_seconds: float
+    wall_seconds: float
+
+
+# -- watching operators --------------------------------------------------------------------------
+
+
+def _site() -> str:
+    """The innermost frame of our code or transformers' that led here."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if "/torch/" not in path and not path.endswith("dryrun.py") and "/contextlib.py" not in path:
+            return f"{_short(path)}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+def _short(path: str) -> str:
+    """transformers/..., engine/... or bench/... rather than a whole path."""
+    if "/site-packages/" in path:
+        return path.split("/site-packages/", 1)[1]
+    for marker in ("/engine/", "/bench/"):
+        if marker in path:
+            return marker[1:] + path.split(marker, 1)[1]
+    return path
+
+
+class _StepFigures(msgspec.Struct):
+    vocab_sized: int = 0
+    ops: int = 0
+    launches: int = 0
+    syncs: int = 0
+    weight_bytes: int = 0
+    cache_bytes: int = 0
+
+
+def _make_watcher():
+    import torch
+    from torch._subclasses.fake_tensor import DynamicOutputShapeException, FakeTensorDeviceMismatchError
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    aten = torch.ops.aten
+    scalar_read = aten._local_scalar_dense.default
+
+    class Watcher(TorchDispatchMode):
+        """Counts what the module docstring lists; sits above FakeTensorMode (entered after it)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.live: dict[int, int] = {}  # id(storage) -> bytes, CUDA storages only
+            self.live_bytes = 0
+            self.peak_bytes = 0
+            self.peak_site = ""
+            self.recording = False  # where the peak happens: only during requests (a frame walk per new peak)
+            self.mismatches = 0
+            self.vocab_sized_bytes = 1 << 62  # a [B, L, V] bf16 tensor's bytes, set per request
+            self.fused_attention = 0  # SDPA calls accounted as a fused kernel (see _make_function_mode)
+            self.syncs: collections.Counter[str] = collections.Counter()
+            self.step: _StepFigures | None = None
+            self.weights: dict[int, int] = {}  # id(storage) -> bytes of the model's tensors
+            self.cache: dict[int, int] = {}  # id(storage) -> bytes of the live KV cache
+            self._seen: set[int] = set()  # storages already counted in this step
+            self._rows: collections.Counter[int] = collections.Counter()  # embedding rows gathered per storage
+
+        # -- phases --
+        def reset_peak(self) -> None:
+            self.peak_bytes = self.live_bytes
+            self.peak_site = ""
+            self.recording = True
+
+        @contextlib.contextmanager
+        def in_step(self) -> Iterator[_StepFigures]:
+            self.step, self._seen, self._rows = _StepFigures(), set(), collections.Counter()
+            try:
+                yield self.step
+            finally:
+                # Rows an embedding gathered, unless the step read the whole table anyway (tied lm_head).
+                self.step.weight_bytes += sum(size for key, size in self._rows.items() if key not in self._seen)
+                self.step = None
+
+        # -- accounting --
+        def _track(self, tensor) -> None:
+            if tensor.device.type != "cuda":
+                return
+            storage = tensor.untyped_storage()
+            key = id(storage)
+            if key in self.live:
+                return
+            size = storage.nbytes()
+            if self.step is not None and size >= self.vocab_sized_bytes:
+                self.step.vocab_sized += 1
+            self.live[key] = size
+            self.live_bytes += size
+            if self.live_bytes > self.peak_bytes:
+                self.peak_bytes = self.live_bytes
+                if self.recording:
+                    self.peak_site = _site()
+            import weakref
+
+            weakref.finalize(storage, self._free, key)
+
+        def _free(self, key: int) -> None:
+            self.live_bytes -= self.live.pop(key, 0)
+
+        def _sync(self, what: str) -> None:
+            self.syncs[f"{_site()} {what}"] += 1
+            if self.step is not None:
+                self.step.syncs += 1
+
+        def _reads(self, func, args) -> None:
+            if func is aten.embedding.default:
+                weight, indices = args[0], args[1]
+                self._rows[id(weight.untyped_storage())] += indices.numel() * weight.shape[-1] * weight.element_size()
+                return
+            for arg in tree_flatten(args)[0]:
+                if isinstance(arg, torch.Tensor):
+                    key = id(arg.untyped_storage())
+                    if key in self._seen:
+                        continue
+                    if key in self.weights:
+                        self._seen.add(key)
+                        self.step.weight_bytes += self.weights[key]
+                    elif key in self.cache:
+                        self._seen.add(key)
+                        self.step.cache_bytes += self.cache[key]
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if self.step is not None:
+                self.step.ops += 1
+                if func.namespace == "dgemma":
+                    self.step.launches += 1
+                self._reads(func, args)
+            if func is scalar_read:
+                # A value the fake world cannot know: reading a CUDA one stalls the host (a sync);
+                # a CPU one (a draft already copied out) does not. Either way the answer is 0.
+                if args[0].device.type == "cuda":
+                    self._sync("item/tolist/bool of a CUDA tensor")
+                return False if args[0].dtype == torch.bool else 0 if not args[0].is_floating_point() else 0.0
+            if _device_to_host(func, args, kwargs):
+                self._sync(f"{func.__name__} device to host")
+            try:
+                out = func(*args, **kwargs)
+            except FakeTensorDeviceMismatchError:
+                self.mismatches += 1
+                raise
+            except DynamicOutputShapeException:
+                self._sync(f"{func.__name__} (output shape depends on device data)")
+                raise
+            for tensor in tree_flatten(out)[0]:
+                if isinstance(tensor, torch.Tensor):
+                    self._track(tensor)
+            return out
+
+    def _device_to_host(func, args, kwargs) -> bool:
+        if func is aten.copy_.default:
+            return args[0].device.type == "cpu" and args[1].device.type == "cuda"
+        if func is aten._to_copy.default:
+            target = kwargs.get("device")
+            return args[0].device.type == "cuda" and target is not None and torch.device(target).type == "cpu"
+        return False
+
+    return Watcher()
+
+
+def _make_function_mode(watcher):
+    """Two calls answered above the dispatcher: `Tensor.tolist` on a fake tensor reads every element
+    (`_local_scalar_dense` each), so it is answered once per call with zeros of its shape and counted
+    as one sync when the tensor is on CUDA (one copy out); SDPA is accounted as the fused kernel."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    class FunctionMode(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is sdpa:
+                # On a GPU, SDPA runs a fused kernel (memory-efficient or flash) that keeps only its
+                # output; on fake CUDA tensors it would decompose into the math fallback, with fp32
+                # copies of q/k/v and the whole score matrix. Account it as the fused kernel.
+                query, value = args[0], args[2] if len(args) > 2 else kwargs["value"]
+                watcher.fused_attention += 1
+                return query.new_empty((*query.shape[:-1], value.shape[-1]))
+            if getattr(func, "__name__", None) == "tolist":
+                tensor = args[0]
+                if tensor.device.type == "cuda":
+                    watcher._sync("tolist of a CUDA tensor")
+                return _zeros(tuple(tensor.shape), tensor.dtype)
+            return func(*args, **(kwargs or {}))
+
+    return FunctionMode()
+
+
+def _zeros(shape: tuple[int, ...], dtype):
+    import torch
+
+    value = False if dtype == torch.bool else 0.0 if dtype.is_floating_point else 0
+    if not shape:
+        return value
+    return [_zeros(shape[1:], dtype) for _ in range(shape[0])]
+
+
+# -- the model as the loader builds it -----------------------------------------------------------
+
+
+def _config():
+    from .gpu import FULL, diffusion_config
+
+    return diffusion_config(FULL)
+
+
+def _skeleton(config):
+    import torch
+
+    from dgemma_lsp.engine.runtime.loading import _skeleton
+
+    return _skeleton(config, torch.bfloat16)
+
+
+def checkpoint_layout(skeleton) -> list[tuple[str, tuple[int, ...], object]]:
+    """(name, shape, dtype) of every tensor the checkpoint holds for the text model: each tied
+    tensor once, persistent buffers, no vision tower."""
+    from dgemma_lsp.engine.runtime.text_model import is_vision_key
+
+    layout = []
+    for name, parameter in skeleton.named_parameters():
+        if not is_vision_key(name):
+            layout.append((name, tuple(parameter.shape), parameter.dtype))
+    for module_name, module in skeleton.named_modules():
+        for attr, buffer in module._buffers.items():
+            name = f"{module_name}.{attr}" if module_name else attr
+            if buffer is not None and attr not in module._non_persistent_buffers_set and not is_vision_key(name):
+                layout.append((name, tuple(buffer.shape), buffer.dtype))
+    return layout
+
+
+def planned_bytes(config) -> dict[str, int]:
+    """The loader's own plan (streaming.planned_bytes) for each mode, from the checkpoint's shapes."""
+    import torch
+
+    from dgemma_lsp.engine.runtime.streaming import TensorInfo
+    from dgemma_lsp.engine.runtime.streaming import planned_bytes as plan
+
+    skeleton = _skeleton(config)
+    names = {torch.bfloat16: "BF16", torch.float32: "F32"}
+    infos = [TensorInfo(file=None, key=name, shape=shape, dtype=names.get(dtype, "BF16"))
+             for name, shape, dtype in checkpoint_layout(skeleton)]  # fmt: skip
+    return {mode: plan(infos, skeleton, mode, torch.bfloat16) for mode in MODES}
+
+
+def modes_offered(gpu: VirtualGpu, planned: dict[str, int]) -> list[str]:
+    """The modes the loader's fit check accepts on this card with nothing else on it."""
+    from dgemma_lsp.engine.runtime.memory_plan import FitPlan
+
+    plan = FitPlan(mode="none", device="cuda", resident_bytes=planned, device_free_bytes=gpu.memory_bytes,
+                   host_free_bytes=64 * GIB, host_pass_bytes=0)  # fmt: skip
+    return [mode for mode in MODES if plan.fits(mode)]
+
+
+def load_fake(skeleton, layout, mode: str):
+    """The model as the streaming loader builds it, on fake CUDA tensors (call inside the fake mode
+    with the meta skeleton built outside it)."""
+    import torch
+
+    from dgemma_lsp.engine.runtime.streaming import SkeletonFiller
+
+    filler = SkeletonFiller(skeleton, device="cuda", mode=mode)
+    for name, shape, dtype in layout:
+        # What a shard read gives: a host tensor in the checkpoint's dtype.
+        filler.put(name, lambda shape=shape, dtype=dtype: torch.empty(shape, dtype=dtype))
+    filler.finish("the dry run's fake checkpoint")
+    skeleton.eval()
+    return skeleton
+
+
+def _storages(tensors) -> dict[int, int]:
+    return {id(t.untyped_storage()): t.untyped_storage().nbytes() for t in tensors if t.device.type == "cuda"}
+
+
+# -- one request ---------------------------------------------------------------------------------
+
+
+def _denoiser_class():
+    from dgemma_lsp.engine.runtime.compiled_step import CompiledDenoiser
+
+    class WatchedDenoiser(CompiledDenoiser):
+        """The product's denoiser; each step call runs inside the watcher's step phase."""
+
+        watcher = None
+        step_figures: list[_StepFigures]
+
+        def _step_for(self, cache, batch, bucket):
+            buffers, step = super()._step_for(cache, batch, bucket)
+            watcher, figures = self.watcher, self.step_figures
+
+            def watched_step() -> None:
+                watcher.cache = _storages(t for layer in cache.layers for t in (layer.keys, layer.values))
+                with watcher.in_step() as figure:
+                    step()
+                figures.append(figure)
+
+            return buffers, watched_step
+
+    return WatchedDenoiser
+
+
+def run_request(model, watcher, gpu: VirtualGpu, mode: str, prompt_tokens: int, batch: int,
+                resident: int) -> RunFigure:  # fmt: skip
+    denoiser = _denoiser_class()(model, capture=False, eos_ids=set(), pad_id=0)
+    denoiser.watcher, denoiser.step_figures = watcher, []
+    prompt = [4 + (i % 1000) for i in range(prompt_tokens)]
+    watcher.syncs.clear()
+    watcher.mismatches = 0
+    watcher.vocab_sized_bytes = batch * denoiser.canvas_length * denoiser.vocab * 2
+    watcher.reset_peak()
+    error = None
+    try:
+        denoiser.denoise(
+            stable=prompt[:-TAIL_TOKENS], tail=prompt[-TAIL_TOKENS:], cache_key="dryrun", batch=batch,
+            steps=STEPS, max_tokens=denoiser.canvas_length, entropy_bound=0.1, t_min=0.4, t_max=0.8,
+            confidence_threshold=0.005, seed=0, on_step=lambda step, ids: None,
+        )  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - the run's finding, reported rather than raised
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]} at {_site_of(exc)}"
+    figures = denoiser.step_figures
+    steps_run = len(figures)
+    last = denoiser.step_figures[-1] if denoiser.step_figures else _StepFigures()
+    peak = watcher.peak_bytes
+    denoiser.clear()  # drops the captured steps' closures (they hold the denoiser): refcounts free the rest
+    del denoiser
+    return RunFigure(
+        gpu=gpu.name, mode=mode, prompt_tokens=prompt_tokens, candidates=batch,
+        steps=steps_run,
+        device_mismatches=watcher.mismatches,
+        host_syncs_per_step=max((f.syncs for f in figures), default=0),
+        host_syncs_per_canvas=sum(watcher.syncs.values()), sync_sites=dict(watcher.syncs),
+        ops_per_step=last.ops, custom_kernel_launches_per_step=last.launches,
+        vocab_sized_allocations_per_step=last.vocab_sized,
+        peak_bytes=peak, peak_site=watcher.peak_site, resident_bytes=resident, card_bytes=gpu.memory_bytes,
+        within_card=peak <= gpu.memory_bytes - SPARE_BYTES,
+        weight_bytes_per_step=last.weight_bytes, cache_bytes_per_step=last.cache_bytes,
+        floor_ms_per_step=round(last.weight_bytes / gpu.bandwidth_bytes_per_s * 1000, 2),
+        floor_with_cache_ms_per_step=round((last.weight_bytes + last.cache_bytes) / gpu.bandwidth_bytes_per_s * 1000, 2),
+        error=error,
+    )  # fmt: skip
+
+
+def _site_of(exc: BaseException) -> str:
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        if "/torch/" not in frame.filename:
+            return f"{_short(frame.filename)}:{frame.lineno}"
+    return "?"
+
+
+@contextlib.contextmanager
+def virtual_gpu(gpu: VirtualGpu) -> Iterator[None]:
+    """torch.cuda.get_device_capability answers for `gpu`; the product's cached answer is dropped."""
+    import torch
+
+    from dgemma_lsp.engine.runtime import fused_moe
+
+    original = torch.cuda.get_device_capability
+    torch.cuda.get_device_capability = lambda device=None: gpu.capability
+    fused_moe._capability.cache_clear()
+    try:
+        yield
+    finally:
+        torch.cuda.get_device_capability = original
+        fused_moe._capability.cache_clear()
+
+
+# -- the run ----------------------------------------------------------------------------------------
+
+
+def run_dryrun(gpus=GPUS, modes=MODES, prompts=PROMPTS, candidates=CANDIDATES, *, config=None,
+               log=None) -> DryRunReport:  # fmt: skip
+    """Every (virtual GPU, offered mode, prompt, candidates) request; `config` defaults to the full size."""
+    import torch
+    import transformers
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    log = log or (lambda line: None)
+    started, cpu_started = time.perf_counter(), time.process_time()
+    config = config if config is not None else _config()
+    planned = planned_bytes(config)
+    offered = {gpu.name: [m for m in modes_offered(gpu, planned) if m in modes] for gpu in gpus}
+    runs: list[RunFigure] = []
+    watcher = _make_watcher()
+    for mode in modes:
+        where = [gpu for gpu in gpus if mode in offered[gpu.name]]
+        if not where:
+            continue
+        skeleton = _skeleton(config)  # on the meta device, as the loader builds it: before the fake mode
+        layout = checkpoint_layout(skeleton)
+        # Non-fake inputs allowed: the skeleton's meta tensors, which the loader replaces.
+        with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True), watcher, _make_function_mode(watcher):
+            loaded = time.perf_counter()
+            model = load_fake(skeleton, layout, mode)
+            del skeleton
+            resident = watcher.live_bytes
+            watcher.weights = _storages(list(model.parameters()) + list(model.buffers()))
+            log(f"{mode}: loaded on fake CUDA, {resident / 1e9:.2f} GB resident ({time.perf_counter() - loaded:.0f} s)")
+            for gpu in where:
+                with virtual_gpu(gpu):
+                    for prompt in prompts:
+                        for batch in candidates:
+                            figure = run_request(model, watcher, gpu, mode, prompt, batch, resident)
+                            runs.append(figure)
+                            log(_describe(figure))
+            del model
+            watcher.weights = {}
+            gc.collect()
+    return DryRunReport(
+        torch_version=str(torch.__version__), transformers_version=transformers.__version__, gpus=list(gpus),
+        modes_offered=offered, planned_bytes=planned, runs=runs, vllm_ms_per_step=VLLM_MS_PER_STEP,
+        targets={"deviceMismatches": 0, "hostSyncsPerStep": 0, "spareBytes": SPARE_BYTES,
+                 "int4Rtx4090PeakBytes": INT4_4090_TARGET_BYTES},
+        failures=failures(runs), targets_missed=targets_missed(runs), cpu_seconds=round(time.process_time() - cpu_started, 1),
+        wall_seconds=round(time.perf_counter() - started, 1),
+    )  # fmt: skip
+
+
+def run_parallel(gpus, modes, prompts, candidates, *, jobs: int, log=None) -> DryRunReport:
+    """`run_dryrun` split by virtual GPU over `jobs` processes (each loads the modes its GPUs offer);
+    the report lists the GPUs in the given order and sums the processes' CPU seconds."""
+    import concurrent.futures
+    import multiprocessing
+
+    started = time.perf_counter()
+    groups = _balanced_groups(gpus, modes, jobs)
+    context = multiprocessing.get_context("spawn")  # no fork of a process that has torch loaded
+    with concurrent.futures.ProcessPoolExecutor(len(groups), mp_context=context) as pool:
+        parts = list(pool.map(_run_part, [([g.name for g in group], modes, prompts, candidates) for group in groups]))
+    reports = [msgspec.json.decode(part, type=DryRunReport) for part in parts]
+    order = [gpu.name for gpu in gpus]
+    runs = sorted((run for report in reports for run in report.runs), key=lambda run: order.index(run.gpu))
+    first = reports[0]
+    return msgspec.structs.replace(
+        first, gpus=list(gpus), runs=runs, failures=failures(runs), targets_missed=targets_missed(runs),
+        modes_offered={name: offered for report in reports for name, offered in report.modes_offered.items()},
+        cpu_seconds=round(sum(report.cpu_seconds for report in reports), 1),
+        wall_seconds=round(time.perf_counter() - started, 1),
+    )  # fmt: skip
+
+
+def _run_part(part) -> bytes:
+    gpu_names, modes, prompts, candidates = part
+    gpus = [gpu for gpu in GPUS if gpu.name in gpu_names]
+    return msgspec.json.encode(run_dryrun(gpus, modes, prompts, candidates, log=say))
+
+
+def _balanced_groups(gpus, modes, jobs: int) -> list[list[VirtualGpu]]:
+    """GPUs in `jobs` groups of about equal work (a load and the requests per offered mode)."""
+    planned = planned_bytes(_config())
+    work = {gpu.name: len([m for m in modes_offered(gpu, planned) if m in modes]) for gpu in gpus}
+    groups: list[list[VirtualGpu]] = [[] for _ in range(max(1, min(jobs, len(gpus))))]
+    for gpu in sorted(gpus, key=lambda g: -work[g.name]):
+        min(groups, key=lambda group: sum(work[g.name] for g in group)).append(gpu)
+    return [group for group in groups if group]
+
+
+def failures(runs: list[RunFigure]) -> list[str]:
+    """One line per run that would fail on a real card: an error, a device mismatch, a sync inside a
+    step (no CUDA graph), a peak over the card minus 1 GiB. `bench dryrun` exits 1 on any."""
+    lines = []
+    for run in runs:
+        name = f"{run.gpu} {run.mode} prompt {run.prompt_tokens} x{run.candidates}"
+        if run.error:
+            lines.append(f"{name}: stopped: {run.error}")
+        if run.device_mismatches:
+            lines.append(f"{name}: {run.device_mismatches} device mismatches")
+        if run.host_syncs_per_step:
+            lines.append(f"{name}: {run.host_syncs_per_step} host syncs inside a step")
+        if not run.within_card:
+            lines.append(f"{name}: peak {run.peak_bytes / 1e9:.2f} GB > card - 1 GB")
+    return lines
+
+
+def targets_missed(runs: list[RunFigure]) -> list[str]:
+    """Product targets beyond working at all (reported, not an exit status): int4 on the 4090 <= 18 GB."""
+    return [f"{run.gpu} int4 prompt 4096 x4: peak {run.peak_bytes / 1e9:.2f} GB > 18 GB" for run in runs
+            if (run.gpu, run.mode, run.prompt_tokens, run.candidates) == ("RTX 4090", "int4", 4096, 4)
+            and run.peak_bytes > INT4_4090_TARGET_BYTES]  # fmt: skip
+
+
+def _describe(run: RunFigure) -> str:
+    text = (f"{run.gpu:8} {run.mode:4} prompt {run.prompt_tokens:5} x{run.candidates}: "
+            f"mismatches {run.device_mismatches}, syncs/step {run.host_syncs_per_step}, "
+            f"syncs/canvas {run.host_syncs_per_canvas}, ops/step {run.ops_per_step}, "
+            f"launches/step {run.custom_kernel_launches_per_step}, peak {run.peak_bytes / 1e9:.2f} GB at {run.peak_site}, "
+            f"weights/step {run.weight_bytes_per_step / 1e9:.2f} GB, floor {run.floor_ms_per_step:.2f} ms")  # fmt: skip
+    return text + (f"  ERROR {run.error}" if run.error else "")
+
+
+def format_table(report: DryRunReport) -> str:
+    lines = [
+        f"virtual-GPU dry run (torch {report.torch_version}, fake CUDA tensors); vLLM anchor "
+        f"{report.vllm_ms_per_step} ms/step (FP8, H100)",
+        f"{'gpu':8} {'mode':4} {'prompt':>6} {'cand':>4} {'mism':>4} {'sync/step':>9} {'sync/canvas':>11} "
+        f"{'ops/step':>8} {'launch':>6} {'peak GB':>8} {'weights GB':>10} {'floor ms':>8}",
+    ]
+    for run in report.runs:
+        lines.append(
+            f"{run.gpu:8} {run.mode:4} {run.prompt_tokens:>6} {run.candidates:>4} {run.device_mismatches:>4} "
+            f"{run.host_syncs_per_step:>9} {run.host_syncs_per_canvas:>11} {run.ops_per_step:>8} "
+            f"{run.custom_kernel_launches_per_step:>6} {run.peak_bytes / 1e9:>8.2f} "
+            f"{run.weight_bytes_per_step / 1e9:>10.2f} {run.floor_ms_per_step:>8.2f}"
+            + (f"  {run.error}" if run.error else "")
+        )  # fmt: skip
+    lines += [f"FAILS: {line}" for line in report.failures] or ["no run fails: 0 mismatches, 0 syncs in a step, every peak fits"]
+    lines += [f"target missed: {line}" for line in report.targets_missed]
+    lines.append(f"{report.cpu_seconds} CPU s, {report.wall_seconds} s wall")
+    return "\n".join(lines)
+
+
+# -- command line -------------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--gpus", default=",".join(g.name for g in GPUS),
+                        help="comma-separated subset of the virtual GPUs")  # fmt: skip
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--prompts", default=",".join(map(str, PROMPTS)), help="prompt lengths in tokens")
+    parser.add_argument("--candidates", default=",".join(map(str, CANDIDATES)), help="candidates per request")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="processes (the virtual GPUs are split between them)")  # fmt: skip
+
+
+def run(args) -> int:
+    import torch
+
+    if torch.version.cuda is None:
+        say(f"dgemma-lsp bench dryrun: needs the CUDA build of torch (this is {torch.__version__}); "
+            "`make dryrun` installs one in .venv-cuda")  # fmt: skip
+        return 2
+    gpus = [g for g in GPUS if g.name in {n.strip() for n in args.gpus.split(",")}]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not gpus or any(m not in MODES for m in modes):
+        say(f"dgemma-lsp bench dryrun: --gpus from {[g.name for g in GPUS]}, --modes from {MODES}")
+        return 2
+    prompts = tuple(int(p) for p in args.prompts.split(","))
+    candidates = tuple(int(c) for c in args.candidates.split(","))
+    if args.jobs > 1 and len(gpus) > 1:
+        report = run_parallel(gpus, modes, prompts, candidates, jobs=args.jobs, log=say)
+    else:
+        report = run_dryrun(gpus, modes, prompts, candidates, log=say)
+    write_report(report, getattr(args, "json", False), format_table)
+    return 1 if report.failures else 0

@@ -1,0 +1,102 @@
+"""The virtual-GPU dry run (bench/dryrun.py) on the tiny architecture: needs torch's CUDA build.
+
+Runs in `make dryrun` (the `.venv-cuda` environment); the CPU suite skips the
+whole module, since the CPU build of torch cannot make fake CUDA tensors.
+
+Proves, on fake CUDA tensors with a chosen compute capability and no driver:
+the product's path (streaming loader placement, quantized modules, prompt
+cache snapshot/restore/tail, the compiled step called eagerly, the fused
+sampler as one custom op) runs with no device mismatch and no host sync inside
+a step, in every mode on every virtual GPU; the watcher does catch a mixed-device
+operator and a host read inside a step (so its zeros mean something); the
+fused kernels appear as custom-op launches; the peak counts the request's cache
+and logits on top of the weights, and memory returns to the weights afterwards.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+if torch.version.cuda is None:
+    pytest.skip("needs the CUDA build of torch (`make dryrun` runs these in .venv-cuda)", allow_module_level=True)
+
+from torch._subclasses.fake_tensor import FakeTensorDeviceMismatchError, FakeTensorMode  # noqa: E402
+
+from dgemma_lsp.bench import dryrun  # noqa: E402
+from dgemma_lsp.bench.gpu import TINY, diffusion_config  # noqa: E402
+
+GPU = dryrun.GPUS[0]  # RTX 4090, sm_89
+
+
+@pytest.fixture(scope="module")
+def tiny_report():
+    # 160 tokens: past the tiny sliding window (64), as 4,096 is past the real one (1,024).
+    return dryrun.run_dryrun(prompts=(160,), candidates=(1, 4), config=diffusion_config(TINY))
+
+
+def test_every_virtual_gpu_and_mode_runs_without_mismatch_or_sync_inside_a_step(tiny_report):
+    assert {run.gpu for run in tiny_report.runs} == {gpu.name for gpu in dryrun.GPUS}
+    assert {run.mode for run in tiny_report.runs} == set(dryrun.MODES)
+    assert len(tiny_report.runs) == len(dryrun.GPUS) * len(dryrun.MODES) * 2
+    for run in tiny_report.runs:
+        assert run.error is None, run
+        assert run.steps == dryrun.STEPS
+        assert run.device_mismatches == 0 and run.host_syncs_per_step == 0, run
+    assert tiny_report.failures == []
+
+
+def test_quantized_modes_launch_the_fused_kernels_and_none_launches_only_the_sampler(tiny_report):
+    layers = TINY.text_overrides["num_hidden_layers"]
+    for run in tiny_report.runs:
+        if run.mode == "none":
+            assert run.custom_kernel_launches_per_step == 1, run  # the fused sampler
+        else:
+            # per layer: 3 for the experts (routing, gate_up, down) + the quantized linears; + the sampler
+            assert run.custom_kernel_launches_per_step > 3 * layers + 1, run
+
+
+def test_peak_holds_the_weights_plus_the_requests_cache_and_grows_with_candidates(tiny_report):
+    runs = {(r.gpu, r.mode, r.prompt_tokens, r.candidates): r for r in tiny_report.runs}
+    for (gpu, mode, prompt, candidates), run in runs.items():
+        assert run.peak_bytes > run.resident_bytes
+        assert run.weight_bytes_per_step <= run.resident_bytes
+        if candidates == 4:
+            assert run.peak_bytes > runs[(gpu, mode, prompt, 1)].peak_bytes
+
+
+def test_the_watcher_counts_a_mixed_device_operator_and_a_host_read_inside_a_step():
+    watcher = dryrun._make_watcher()
+    with FakeTensorMode(), watcher:
+        on_gpu = torch.ones(4, device="cuda")
+        with pytest.raises(FakeTensorDeviceMismatchError):
+            on_gpu + torch.ones(4)  # a CPU tensor left behind
+        with watcher.in_step() as step:
+            bool(on_gpu.sum() > 0)  # a host read: breaks CUDA-graph capture
+            on_gpu.cpu()
+    assert watcher.mismatches == 1
+    assert step.syncs == 2 and step.ops > 0
+
+
+def test_a_virtual_gpu_answers_its_capability_and_gives_it_back():
+    from dgemma_lsp.engine.runtime import fused_moe
+
+    with dryrun.virtual_gpu(dryrun.GPUS[1]):
+        assert torch.cuda.get_device_capability() == (12, 0)
+        assert fused_moe.fused_supported(torch.device("cuda"), "fp8", 64)
+    with dryrun.virtual_gpu(GPU):
+        assert fused_moe._capability(None) == (8, 9)
+
+
+def test_a_step_allocates_no_logits_tensor_of_its_own(tiny_report):
+    """Fix: the lm_head writes into the self-conditioning buffer and the sampler scales it in place.
+    What is left per step is transformers' self-conditioning softmax (fp32) and its bf16 copy."""
+    for run in tiny_report.runs:
+        assert run.vocab_sized_allocations_per_step == 2, run
+
+
+def test_a_canvas_reads_the_device_once_per_step_and_once_at_its_end(tiny_report):
+    """Fix: the emitted canvas is the last draft already copied out, not a second read of the device.
+    Per step: the draft and the finished flags (one stream sync on graphs); per canvas: the confidences."""
+    for run in tiny_report.runs:
+        assert run.host_syncs_per_canvas == 2 * run.steps + 1, run.sync_sites

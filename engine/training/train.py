@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
 
         tokenizer = train_tokenizer([f.text for f in files], data["tokenizerVocab"], CHAT_TEMPLATE)
         tokenizer.save_pretrained(tokenizer_dir)
-    _write_manifest(run_dir / "corpus.json", manifest, files, tokenizer)
+    if not (run_dir / "corpus.json").exists():  # a resume keeps it: counting tokens again costs a CPU-minute
+        _write_manifest(run_dir / "corpus.json", manifest, files, tokenizer)
 
     model = build_model(recipe, tokenizer, seed)
     params = sum(p.numel() for p in model.parameters())

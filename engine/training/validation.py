@@ -124,13 +124,15 @@ def main(argv=None) -> int:
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("--holes", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--latest", action="store_true", help="score only the newest snapshot of each run")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cached = {}
     for run_dir in args.run_dirs:
         out = run_dir / "validation.jsonl"
         done = {json.loads(line)["snapshot"] for line in out.read_text().splitlines()} if out.exists() else set()
-        for snapshot in sorted((run_dir / "snapshots").glob("cpu-*.pt")):
+        snapshots = sorted((run_dir / "snapshots").glob("cpu-*.pt"))
+        for snapshot in snapshots[-1:] if args.latest else snapshots:
             if snapshot.name in done:
                 continue
             started = time.process_time()

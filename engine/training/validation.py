@@ -125,6 +125,7 @@ def main(argv=None) -> int:
     parser.add_argument("--holes", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--latest", action="store_true", help="score only the newest snapshot of each run")
+    parser.add_argument("--upto", type=float, help="score only snapshots of at most this many CPU-seconds")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     cached = {}
@@ -132,6 +133,8 @@ def main(argv=None) -> int:
         out = run_dir / "validation.jsonl"
         done = {json.loads(line)["snapshot"] for line in out.read_text().splitlines()} if out.exists() else set()
         snapshots = sorted((run_dir / "snapshots").glob("cpu-*.pt"))
+        if args.upto is not None:
+            snapshots = [s for s in snapshots if int(s.stem.split("-")[1]) <= args.upto]
         for snapshot in snapshots[-1:] if args.latest else snapshots:
             if snapshot.name in done:
                 continue

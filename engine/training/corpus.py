@@ -11,7 +11,9 @@ Sources, each with the licence it is taken under:
 BSL-1.0): an SPDX expression qualifies when every `AND` term does (an `OR` needs one).
 Copyleft (GPL, LGPL, MPL, …) and unknown licences are left out and listed as such in
 the manifest. Files that mention HumanEval are skipped, so nothing of the benchmark's
-problems is trained on. Knows files and licences; knows nothing of tokens or models.
+problems is trained on. `held_out` names sources kept out of training: the validation set
+(validation.py) is cut from their files only, so it measures code the model never saw.
+Knows files and licences; knows nothing of tokens or models.
 """
 
 from __future__ import annotations
@@ -146,8 +148,12 @@ def javascript_sources(roots=("/usr/lib/node_modules", "/usr/local/lib/node_modu
             yield Source(str(package["name"]), str(package.get("version", "")), licence, "javascript", files)
 
 
-def collect(max_bytes: int, seed: int, *, languages=("python", "javascript")) -> tuple[list[CodeFile], dict]:
+def collect(max_bytes: int, seed: int, *, languages=("python", "javascript"), held_out: tuple[str, ...] = (),
+            only: tuple[str, ...] | None = None) -> tuple[list[CodeFile], dict]:
     """Up to `max_bytes` of source files, sampled by seed across all permitted sources, and the manifest.
+
+    `held_out`: source names never taken (listed in the manifest as held out); `only`: take
+    nothing but these sources (how the validation set reads the held-out ones).
 
     The manifest lists every source used (licence, files, bytes; tokens are filled in by
     the caller once the tokenizer exists) and every source left out with its licence.
@@ -158,6 +164,8 @@ def collect(max_bytes: int, seed: int, *, languages=("python", "javascript")) ->
     for language in languages:
         for found in finders[language]():
             if isinstance(found, Source):
+                if found.name in held_out or (only is not None and found.name not in only):
+                    continue
                 if found.files:
                     sources.append(found)
             else:
@@ -193,6 +201,7 @@ def collect(max_bytes: int, seed: int, *, languages=("python", "javascript")) ->
         "maxBytes": max_bytes,
         "bytes": total,
         "excludedMarkers": list(EXCLUDE_MARKERS),
+        "heldOut": list(held_out),
         "sources": [source.manifest_entry(0, *used[source.name]) for source in sources if source.name in used],
         "leftOut": sorted(left_out, key=lambda entry: entry["name"].lower()),
     }

@@ -5,7 +5,10 @@ A hole is chosen the way the syntax planner's kinds describe them (engine/syntax
 - line: the rest of a line after a token boundary;
 - expression: the text between a bracket's opener side and its closer on the same line;
 - statement: a whole statement among siblings (its line keeps its indentation);
-- block: every statement of a body (the header and, for braces, the `{ }` stay).
+- block: every statement of a body (the header and, for braces, the `{ }` stay);
+- lines: the rest of a line and the 1-3 lines after it (a multi-line hole that ignores
+  syntax, as HumanEval's multi-line infilling does).
+A recipe's `kindWeights` sets the mix (default KIND_WEIGHTS; the "lines" kind only when named).
 The hole is removed, and the product's own pipeline builds the prompt: `prepare_infill`
 (planner + context window) and `PromptBuilder` (chat template, instruction, <CURSOR>), in
 the natural layout or, for a recipe's `suffixFirstShare` of examples, the suffix-first one.
@@ -29,8 +32,8 @@ from ..syntax.infill import prepare_infill
 from ..syntax.languages import BLOCK_TYPES
 from .corpus import CodeFile
 
-KINDS = ("line", "expression", "statement", "block")
-KIND_WEIGHTS = (0.4, 0.2, 0.25, 0.15)
+KINDS = ("line", "expression", "statement", "block", "lines")
+KIND_WEIGHTS = (0.4, 0.2, 0.25, 0.15, 0.0)
 """Line holes dominate typing; the others follow how often an editor asks for them."""
 
 
@@ -56,8 +59,10 @@ class ExampleMaker:
     """Turns code files into Examples for one tokenizer and canvas length."""
 
     def __init__(self, tokenizer, canvas_length: int, *, max_prompt_tokens: int, context_tokens=(64, 512),
-                 suffix_first_share: float = 0.0):
+                 suffix_first_share: float = 0.0, kind_weights: dict[str, float] | None = None):
         self.tokenizer = tokenizer
+        self.kind_weights = KIND_WEIGHTS if kind_weights is None else tuple(kind_weights.get(k, 0.0) for k in KINDS)
+        assert sum(self.kind_weights) > 0, f"kindWeights names none of {KINDS}"
         self.suffix_first_share = suffix_first_share
         """Share of examples laid out suffix-first (prompting.PROMPT_LAYOUTS), the rest natural."""
         self.builder = PromptBuilder(tokenizer)
@@ -71,7 +76,7 @@ class ExampleMaker:
         """One example from `file`, or None when no hole that fits the canvas was found in `tries`."""
         doc = SyntaxDocument(file.text, file.language)
         for _ in range(tries):
-            kind = rng.choices(KINDS, KIND_WEIGHTS)[0]
+            kind = rng.choices(KINDS, self.kind_weights)[0]
             hole = choose_hole(doc, kind, rng)
             if hole is None:
                 continue
@@ -115,6 +120,8 @@ def choose_hole(doc: SyntaxDocument, kind: str, rng: random.Random) -> Hole | No
         return _line_hole(doc.text, rng)
     if kind == "expression":
         return _expression_hole(doc.text, rng)
+    if kind == "lines":
+        return _lines_hole(doc.text, rng)
     if doc.tree is None:
         return None
     blocks = _block_nodes(doc)
@@ -193,6 +200,21 @@ def _line_hole(text: str, rng: random.Random) -> Hole | None:
         return None
     column = rng.choice(columns)
     return Hole("line", offset + column, offset + len(line))
+
+
+def _lines_hole(text: str, rng: random.Random) -> Hole | None:
+    """From a token boundary of a code line to the end of the 1-3 lines after it."""
+    first = _line_hole(text, rng)
+    if first is None:
+        return None
+    end = first.end
+    for _ in range(rng.randint(1, 3)):
+        following = text.find("\n", end + 1)
+        if end >= len(text):
+            break
+        end = len(text) if following < 0 else following
+    end = len(text[:end].rstrip())  # never end on blank lines
+    return Hole("lines", first.start, end) if "\n" in text[first.start:end] else None
 
 
 def _expression_hole(text: str, rng: random.Random) -> Hole | None:

@@ -11,6 +11,17 @@ Per batch (shared/REFERENCE.md, "Training objective"):
   gradient) are fed back as self-conditioning for the pass that is trained;
 - plus `encoder_loss_weight` × the encoder's causal next-token loss.
 
+Two choices of ours spend the CPU on the answer (issue 28):
+- `draws` corruption draws per encoded prompt: the decoder is read-only over the encoder's
+  KV cache (transformers' DiffusionGemmaDecoderTextAttention never writes it), so the cache
+  is repeated `draws` times along the batch (`DynamicCache.batch_repeat_interleave`) and one
+  decoder pass over draws × rows canvases gets draws× the answer targets for one encoder pass;
+- a weighted canvas loss: the answer's tokens and the first end-of-turn weigh 1, the pad
+  after it `pad_weight` (the model must still learn to stop, but pad is most of a canvas).
+  `draws=1, pad_weight=1` is the plain mean over the canvas, as before.
+The answer-only loss and accuracy (answer tokens + the first end-of-turn) are reported
+beside the canvas figures: they are what the model is for.
+
 One deviation, for speed on small machines: the encoder's next-token loss covers the prompt
 (the code around the hole), not prompt + answer. So one encoder pass both trains the encoder
 and fills the decoder's cache, and no mask has to hide the answer from the decoder; the
@@ -36,6 +47,7 @@ class Batch:
     prompt_ids: torch.Tensor  # [B, P] left-padded with pad
     prompt_mask: torch.Tensor  # [B, P] 1 for real tokens
     canvas_ids: torch.Tensor  # [B, C] clean canvas (answer, end-of-turn, pad)
+    answer_mask: torch.Tensor  # [B, C] True on the answer's tokens and the first end-of-turn
 
 
 @dataclass(frozen=True)
@@ -45,17 +57,35 @@ class LossParts:
     encoder: float
     canvas_accuracy: float
     """Share of canvas positions whose argmax is the clean token."""
+    answer_loss: float = float("nan")
+    """Cross-entropy over the answer's tokens and the first end-of-turn only."""
+    answer_accuracy: float = float("nan")
+    """Share of those positions whose argmax is the clean token."""
+    answer_tokens: int = 0
+    """Answer positions the decoder was trained on in this batch (every draw counts)."""
 
 
-def collate(prompts: list[list[int]], canvases: list[list[int]], pad_id: int) -> Batch:
-    """Left-pad prompts so every row's last prompt token sits at the same place (sliding windows keep the recent end)."""
+def collate(prompts: list[list[int]], canvases: list[list[int]], pad_id: int, end_id: int | None = None) -> Batch:
+    """Left-pad prompts so every row's last prompt token sits at the same place (sliding windows keep the recent end).
+
+    `end_id`: the end-of-turn id; the answer is every position up to and including its first
+    occurrence. Without it, the answer is every position that is not pad."""
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), width), dtype=torch.long)
     for row, prompt in enumerate(prompts):
         ids[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
         mask[row, width - len(prompt):] = 1
-    return Batch(ids, mask, torch.tensor(canvases, dtype=torch.long))
+    canvas = torch.tensor(canvases, dtype=torch.long)
+    return Batch(ids, mask, canvas, answer_positions(canvas, pad_id, end_id))
+
+
+def answer_positions(canvas: torch.Tensor, pad_id: int, end_id: int | None) -> torch.Tensor:
+    """True up to and including the first end-of-turn of each row (or on every non-pad token)."""
+    if end_id is None:
+        return canvas != pad_id
+    is_end = (canvas == end_id).long()
+    return (is_end.cumsum(-1) - is_end) == 0  # no end-of-turn strictly before this position
 
 
 def softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
@@ -66,11 +96,12 @@ def softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_conditioning: float = 0.5,
-                   encoder_loss_weight: float = 1.0, eps: float = 1e-3) -> LossParts:
+                   encoder_loss_weight: float = 1.0, eps: float = 1e-3, draws: int = 1,
+                   pad_weight: float = 1.0) -> LossParts:
     """The loss of one batch; call `.total.backward()` on the result."""
+    assert draws >= 1, "draws counts corruption draws per encoded prompt"
     device = batch.prompt_ids.device
     vocab = model.config.text_config.vocab_size
-    rows, canvas_length = batch.canvas_ids.shape
 
     # Encoder: the clean prompt, causal; positions count real tokens only (left padding).
     positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
@@ -79,17 +110,24 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
         **with_cache(DynamicCache(config=model.config.text_config)), use_cache=True,
     )
     cache = encoder.past_key_values
+    # K draws: the decoder only reads the cache, so one encoder pass serves draws × rows canvases
+    # (row r's draws are rows r*draws .. r*draws+draws-1).
+    prompt_mask, clean, answer = batch.prompt_mask, batch.canvas_ids, batch.answer_mask
+    if draws > 1:
+        cache.batch_repeat_interleave(draws)
+        prompt_mask, clean, answer = (x.repeat_interleave(draws, dim=0) for x in (prompt_mask, clean, answer))
+    rows, canvas_length = clean.shape
 
     # Corrupt: level t per row, each position replaced by a uniform token with probability t.
     t = eps + (1 - eps) * torch.rand(rows, 1, generator=generator, device=device)  # [B, 1]
     corrupt = torch.rand(rows, canvas_length, generator=generator, device=device) < t  # [B, C]
     noise = torch.randint(0, vocab, (rows, canvas_length), generator=generator, device=device)
-    canvas = torch.where(corrupt, noise, batch.canvas_ids)  # [B, C]
+    canvas = torch.where(corrupt, noise, clean)  # [B, C]
 
-    lengths = batch.prompt_mask.sum(-1, keepdim=True)  # [B, 1]
+    lengths = prompt_mask.sum(-1, keepdim=True)  # [B, 1]
     decoder_kwargs = dict(
         **with_cache(cache),
-        decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(canvas)], dim=-1),
+        decoder_attention_mask=torch.cat([prompt_mask, torch.ones_like(canvas)], dim=-1),
         decoder_position_ids=lengths + torch.arange(canvas_length, device=device),  # [B, C]
     )
     conditioned = torch.rand(rows, generator=generator, device=device) < self_conditioning  # [B]
@@ -103,7 +141,9 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
         self_conditioning_mask=conditioned if previous is not None else None, **decoder_kwargs,
     )
     logits = softcapped_logits(model, decoded.last_hidden_state)  # [B, C, V]
-    diffusion = F.cross_entropy(logits.reshape(-1, vocab), batch.canvas_ids.reshape(-1))
+    per_position = F.cross_entropy(logits.reshape(-1, vocab), clean.reshape(-1), reduction="none").view(rows, -1)
+    weights = torch.where(answer, 1.0, pad_weight)  # [B, C]
+    diffusion = (per_position * weights).sum() / weights.sum()
 
     # Encoder: next-token loss on the prompt's real tokens.
     encoder_logits = softcapped_logits(model, encoder.last_hidden_state[:, :-1])  # [B, P-1, V]
@@ -112,5 +152,10 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
     encoder_loss = F.cross_entropy(encoder_logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-100)
 
     total = diffusion + encoder_loss_weight * encoder_loss
-    accuracy = (logits.argmax(-1) == batch.canvas_ids).float().mean().item()
-    return LossParts(total=total, diffusion=diffusion.item(), encoder=encoder_loss.item(), canvas_accuracy=accuracy)
+    hits = logits.argmax(-1) == clean  # [B, C]
+    answer_count = int(answer.sum())
+    return LossParts(
+        total=total, diffusion=diffusion.item(), encoder=encoder_loss.item(), canvas_accuracy=hits.float().mean().item(),
+        answer_loss=(per_position.detach()[answer].mean().item()), answer_accuracy=hits[answer].float().mean().item(),
+        answer_tokens=answer_count,
+    )

@@ -6,6 +6,14 @@ corpus), `checkpoint.pt` (model, optimizer, step, RNG: a run resumes where it st
 at the end `model/` — a `save_pretrained` folder loadable like any checkpoint (`--model
 RUN_DIR/model`), with the manifest and the training record beside the weights.
 
+Cost is counted in CPU-seconds of this process (`time.process_time`, summed over every
+session of the run), not wall time: the machine is shared. The checkpoint keeps the CPU-seconds
+and the answer tokens the decoder has been trained on; `log.jsonl` gets one line per
+checkpoint (step, CPU-seconds, tokens, answer tokens, the window's mean losses), and
+`snapshots/cpu-NNNNNN.pt` keeps the weights every `snapshotEveryCpuS`, for a curve of
+quality per CPU-hour (bench/tiny_code.py and validation.py read them). A recipe's
+`checkpointEveryCpuS` saves by CPU time instead of by step.
+
 The model is transformers' own DiffusionGemmaForBlockDiffusion from a config (the recipe's
 `model` section); examples come from examples.py, the loss from objective.py. Deterministic
 by seed: the corpus sample, the tokenizer, the initial weights and example i of the stream.
@@ -122,10 +130,12 @@ def run(args: argparse.Namespace) -> int:
     seed = recipe["seed"]
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "recipe.json").write_text(json.dumps(recipe, indent=1) + "\n")  # what validation.py rebuilds
     torch.set_num_threads(args.threads or torch.get_num_threads())
     data, schedule = recipe["data"], recipe["train"]
 
-    files, manifest = collect(data["corpusBytes"], seed, languages=tuple(data["languages"]))
+    files, manifest = collect(data["corpusBytes"], seed, languages=tuple(data["languages"]),
+                              held_out=tuple(data.get("heldOutSources", ())))
     tokenizer_dir = run_dir / "tokenizer"
     if (tokenizer_dir / "tokenizer.json").exists():
         from transformers import AutoTokenizer
@@ -136,17 +146,18 @@ def run(args: argparse.Namespace) -> int:
 
         tokenizer = train_tokenizer([f.text for f in files], data["tokenizerVocab"], CHAT_TEMPLATE)
         tokenizer.save_pretrained(tokenizer_dir)
-    _write_manifest(run_dir / "corpus.json", manifest, files, tokenizer)
+    if not (run_dir / "corpus.json").exists():  # a resume keeps it: counting tokens again costs a CPU-minute
+        _write_manifest(run_dir / "corpus.json", manifest, files, tokenizer)
 
     model = build_model(recipe, tokenizer, seed)
     params = sum(p.numel() for p in model.parameters())
     maker = ExampleMaker(tokenizer, recipe["model"]["canvas"], max_prompt_tokens=data["maxPromptTokens"],
                          context_tokens=tuple(data["contextTokens"]),
-                         suffix_first_share=data.get("suffixFirstShare", 0.0))
+                         suffix_first_share=data.get("suffixFirstShare", 0.0), kind_weights=data.get("kindWeights"))
     stream = ExampleStream(files, maker, seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=schedule["lr"], betas=(0.9, 0.95),
                                   weight_decay=schedule["weightDecay"])
-    step, tokens_seen = 0, 0
+    step, tokens_seen, answer_seen, cpu_before = 0, 0, 0, 0.0
     checkpoint = run_dir / "checkpoint.pt"
     generator = torch.Generator().manual_seed(seed)
     if checkpoint.exists():
@@ -155,6 +166,7 @@ def run(args: argparse.Namespace) -> int:
         optimizer.load_state_dict(state["optimizer"])
         generator.set_state(state["generator"])
         step, tokens_seen = state["step"], state["tokens"]
+        answer_seen, cpu_before = state.get("answerTokens", 0), state.get("cpuSeconds", 0.0)
         log.info("resumed %s at step %d", run_dir, step)
     total_steps = args.steps or schedule["steps"]
     batch_size = schedule["batch"]
@@ -162,36 +174,61 @@ def run(args: argparse.Namespace) -> int:
              params / 1e6, len(files), manifest["bytes"] / 1e6, total_steps, batch_size)
     model.train()
     started, window, tokens_at_start = time.perf_counter(), [], tokens_seen
+    cpu_started = time.process_time()
     progress = _progress(total_steps, step, args.quiet)
     stop = _StopRequest()
+    end_id = maker.end_id
+    draws, pad_weight = schedule.get("draws", 1), schedule.get("padWeight", 1.0)
+    every_cpu, snapshot_cpu = schedule.get("checkpointEveryCpuS"), schedule.get("snapshotEveryCpuS")
+
+    def cpu_seconds() -> float:
+        return cpu_before + time.process_time() - cpu_started
+
+    def save() -> None:
+        counters = {"cpuSeconds": cpu_seconds(), "answerTokens": answer_seen}
+        _save_checkpoint(checkpoint, model, optimizer, generator, step, tokens_seen, counters)
+        _log_line(run_dir / "log.jsonl", step=step, tokens=tokens_seen, window=window, **counters)
+
+    last_save, last_snapshot = cpu_seconds(), cpu_seconds() // snapshot_cpu * snapshot_cpu if snapshot_cpu else 0
+    if snapshot_cpu and step == 0:
+        _save_snapshot(run_dir, model, 0.0, step, tokens_seen, answer_seen)
     while step < total_steps:
         if stop.requested:  # Ctrl-C or SIGTERM: keep what was learned, resume later
-            _save_checkpoint(checkpoint, model, optimizer, generator, step, tokens_seen)
+            save()
             progress.close()
             log.info("stopped at step %d; checkpoint saved, run the same command to resume", step)
             return 130
         examples = [stream.example(step * batch_size + k) for k in range(batch_size)]
-        batch = collate([e.prompt_ids for e in examples], [e.canvas_ids for e in examples], tokenizer.pad_token_id)
+        batch = collate([e.prompt_ids for e in examples], [e.canvas_ids for e in examples], tokenizer.pad_token_id,
+                        end_id)
         for group in optimizer.param_groups:
             group["lr"] = _learning_rate(schedule, step, total_steps)
         parts = diffusion_loss(model, batch, generator, self_conditioning=schedule["selfConditioning"],
-                               encoder_loss_weight=schedule["encoderLossWeight"], eps=schedule["eps"])
+                               encoder_loss_weight=schedule["encoderLossWeight"], eps=schedule["eps"],
+                               draws=draws, pad_weight=pad_weight)
         optimizer.zero_grad(set_to_none=True)
         parts.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), schedule["clipNorm"])
         optimizer.step()
         step += 1
         tokens_seen += int(batch.prompt_mask.sum()) + batch.canvas_ids.numel()
-        window = (window + [(parts.diffusion, parts.encoder, parts.canvas_accuracy)])[-50:]  # floats: no graph kept
+        answer_seen += parts.answer_tokens
+        window = (window + [(parts.diffusion, parts.encoder, parts.canvas_accuracy, parts.answer_loss,
+                             parts.answer_accuracy)])[-50:]  # floats: no graph kept
         rate = (tokens_seen - tokens_at_start) / max(time.perf_counter() - started, 1e-9)  # this session's rate
-        progress.update(step, parts, rate)
-        if step % schedule["checkpointEvery"] == 0 or step == total_steps:
-            _save_checkpoint(checkpoint, model, optimizer, generator, step, tokens_seen)
+        progress.update(step, parts, rate, cpu_seconds())
+        now = cpu_seconds()
+        if snapshot_cpu and now - last_snapshot >= snapshot_cpu:
+            last_snapshot = now // snapshot_cpu * snapshot_cpu
+            _save_snapshot(run_dir, model, now, step, tokens_seen, answer_seen)
+        due = now - last_save >= every_cpu if every_cpu else step % schedule["checkpointEvery"] == 0
+        if due or step == total_steps:
+            save()
+            last_save = now
     progress.close()
     record = {
         "recipe": recipe, "steps": step, "tokens": tokens_seen, "parameters": params,
-        "finalLoss": {"diffusion": _mean(w[0] for w in window), "encoder": _mean(w[1] for w in window),
-                      "canvasAccuracy": _mean(w[2] for w in window)},
+        "cpuSeconds": cpu_seconds(), "answerTokens": answer_seen, "finalLoss": _window_means(window),
     }
     export(model, tokenizer, run_dir / "model", record, run_dir / "corpus.json")
     log.info("done: %s", json.dumps(record["finalLoss"]))
@@ -221,13 +258,39 @@ def _learning_rate(schedule: dict, step: int, total: int) -> float:
     return schedule["lr"] * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _save_checkpoint(path: Path, model, optimizer, generator, step: int, tokens: int) -> None:
+def _save_checkpoint(path: Path, model, optimizer, generator, step: int, tokens: int, counters=None) -> None:
     import torch
 
     staging = path.with_suffix(".tmp")
     torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "generator": generator.get_state(), "step": step, "tokens": tokens}, staging)
+                "generator": generator.get_state(), "step": step, "tokens": tokens, **(counters or {})}, staging)
     staging.replace(path)  # a run killed mid-save keeps the previous checkpoint
+
+
+def _save_snapshot(run_dir: Path, model, cpu: float, step: int, tokens: int, answer_tokens: int) -> None:
+    """The weights alone (bf16: half the size), named by the CPU-seconds spent, for a per-CPU-hour curve."""
+    import torch
+
+    folder = run_dir / "snapshots"
+    folder.mkdir(exist_ok=True)
+    path = folder / f"cpu-{int(cpu):06d}.pt"
+    weights = {name: value.to(torch.bfloat16) if value.is_floating_point() else value
+               for name, value in model.state_dict().items()}
+    torch.save({"model": weights, "cpuSeconds": cpu, "step": step, "tokens": tokens, "answerTokens": answer_tokens},
+               path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)
+
+
+def _window_means(window) -> dict:
+    names = ("diffusion", "encoder", "canvasAccuracy", "answerLoss", "answerAccuracy")
+    return {name: _mean(w[i] for w in window) for i, name in enumerate(names)}
+
+
+def _log_line(path: Path, *, step: int, tokens: int, window, cpuSeconds: float, answerTokens: int) -> None:  # noqa: N803
+    line = {"step": step, "cpuSeconds": round(cpuSeconds, 1), "tokens": tokens, "answerTokens": answerTokens,
+            "wallClock": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **_window_means(window)}
+    with path.open("a") as file:
+        file.write(json.dumps(line) + "\n")
 
 
 def _write_manifest(path: Path, manifest: dict, files, tokenizer) -> None:
@@ -267,11 +330,12 @@ class _progress:
 
         self.bar = None if quiet else tqdm(total=total, initial=start, file=sys.stderr, unit="step")
 
-    def update(self, step: int, parts, rate: float) -> None:
+    def update(self, step: int, parts, rate: float, cpu: float) -> None:
         if self.bar is not None:
             self.bar.n = step
-            self.bar.set_postfix(loss=f"{parts.diffusion:.3f}", enc=f"{parts.encoder:.3f}",
-                                 acc=f"{parts.canvas_accuracy:.2f}", tok_s=f"{rate:.0f}")
+            self.bar.set_postfix(ans_loss=f"{parts.answer_loss:.3f}", ans_acc=f"{parts.answer_accuracy:.2f}",
+                                 loss=f"{parts.diffusion:.3f}", enc=f"{parts.encoder:.3f}",
+                                 tok_s=f"{rate:.0f}", cpu_h=f"{cpu / 3600:.2f}")
 
     def close(self) -> None:
         if self.bar is not None:

@@ -77,6 +77,8 @@ def test_holes_of_every_kind_cut_real_code(tokenizer):
     # A block hole is a whole body: every statement of it, from the first to the last.
     assert any(body.startswith("if value > 0:") and body.endswith("result -= abs(value)") for body in found["block"])
     assert all("\n" not in middle for middle in found["line"] | found["expression"])
+    # A "lines" hole runs from inside a line across at least one more.
+    assert all("\n" in middle for middle in found["lines"])
 
 
 def test_an_example_is_the_products_prompt_and_a_finished_canvas(tokenizer):
@@ -158,6 +160,11 @@ def test_a_run_resumes_where_it_stopped_and_its_model_loads(tmp_path):
     straight = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)
     resumed = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)
     assert straight["step"] == resumed["step"] == 3
+    # Cost is kept across sessions: CPU-seconds and answer tokens only grow, one log line per checkpoint.
+    assert resumed["cpuSeconds"] > 0 and resumed["answerTokens"] == straight["answerTokens"] > 0
+    lines = [json.loads(line) for line in (tmp_path / "resumed" / "log.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [1, 2, 3]
+    assert lines[-1]["cpuSeconds"] >= lines[0]["cpuSeconds"] and "answerAccuracy" in lines[-1]
     for name, value in straight["model"].items():
         assert torch.equal(value, resumed["model"][name]), name
 

@@ -1,0 +1,159 @@
+"""A fixed held-out validation set and the figures a recipe is judged by: answer-token accuracy and loss.
+
+The set: `count` holes cut by `ExampleMaker` (fixed settings, below, whatever the recipe's)
+from files of the sources a recipe holds out (`data.heldOutSources`: never trained on), with
+the run's tokenizer. Arms of an A/B that share a tokenizer are scored on the very same holes.
+
+The figures, per checkpoint or snapshot, from one decoder pass with no self-conditioning
+(the first step of `generate`): for a canvas of pure noise (t = 1) and half noise (t = 0.5),
+the answer-token accuracy (answer tokens + the first end-of-turn), the answer loss, and the
+share of holes whose whole answer is right at t = 1. Noise is drawn from a fixed seed, so
+two checkpoints see the same canvases.
+
+`python -m dgemma_lsp.engine.training.validation RUN_DIR...` scores every snapshot of each
+run not yet scored and appends to RUN_DIR/validation.jsonl. Knows torch and the training
+modules; knows nothing of LSP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+VALIDATION_SEED = 20261125
+CONTEXT_TOKENS = (64, 256)
+MAX_PROMPT_TOKENS = 384
+KIND_WEIGHTS = {"line": 0.35, "expression": 0.15, "statement": 0.25, "block": 0.15, "lines": 0.1}
+"""The product's mix of holes, multi-line included: fixed, so every recipe is judged on one set."""
+NOISE_LEVELS = (1.0, 0.5)
+
+
+def validation_examples(tokenizer, canvas_length: int, held_out: tuple[str, ...], count: int = 300,
+                        languages=("python",)):
+    """`count` examples from the held-out sources' files, the same for one tokenizer every time."""
+    from .corpus import collect
+    from .examples import ExampleMaker
+
+    assert held_out, "the recipe holds no source out: there is nothing to validate on"
+    files, _ = collect(8_000_000, VALIDATION_SEED, languages=languages, only=held_out)
+    assert files, f"no files of the held-out sources {held_out} on this machine"
+    maker = ExampleMaker(tokenizer, canvas_length, max_prompt_tokens=MAX_PROMPT_TOKENS,
+                         context_tokens=CONTEXT_TOKENS, kind_weights=KIND_WEIGHTS)
+    examples, index = [], 0
+    while len(examples) < count and index < 50 * count:
+        rng = random.Random(VALIDATION_SEED * 1_000_003 + index)
+        index += 1
+        found = maker.make(files[rng.randrange(len(files))], rng)
+        if found is not None:
+            examples.append(found)
+    return examples
+
+
+def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> dict:
+    """Answer accuracy and loss at each noise level, and exact answers at t = 1 (model in eval mode)."""
+    import torch
+    import torch.nn.functional as F
+    from transformers import DynamicCache
+
+    from .objective import collate, softcapped_logits
+
+    model.eval()
+    vocab = model.config.text_config.vocab_size
+    generator = torch.Generator().manual_seed(VALIDATION_SEED)
+    sums = {t: [0.0, 0, 0] for t in NOISE_LEVELS}  # loss sum, hits, positions
+    exact = 0
+    with torch.no_grad():
+        for start in range(0, len(examples), batch_size):
+            rows = examples[start:start + batch_size]
+            batch = collate([e.prompt_ids for e in rows], [e.canvas_ids for e in rows], pad_id, end_id)
+            positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
+            for t in NOISE_LEVELS:
+                cache = DynamicCache(config=model.config.text_config)
+                model.model.encoder(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask,
+                                    position_ids=positions, past_key_values=cache, use_cache=True)
+                shape = batch.canvas_ids.shape
+                corrupt = torch.rand(shape, generator=generator) < t
+                noise = torch.randint(0, vocab, shape, generator=generator)
+                canvas = torch.where(corrupt, noise, batch.canvas_ids)
+                decoded = model.model.decoder(
+                    decoder_input_ids=canvas, past_key_values=cache,
+                    decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(canvas)], -1),
+                    decoder_position_ids=batch.prompt_mask.sum(-1, keepdim=True) + torch.arange(shape[1]))
+                logits = softcapped_logits(model, decoded.last_hidden_state)
+                losses = F.cross_entropy(logits.reshape(-1, vocab), batch.canvas_ids.reshape(-1),
+                                         reduction="none").view(shape)
+                hits = logits.argmax(-1) == batch.canvas_ids
+                answer = batch.answer_mask
+                sums[t][0] += float(losses[answer].sum())
+                sums[t][1] += int(hits[answer].sum())
+                sums[t][2] += int(answer.sum())
+                if t == 1.0:
+                    exact += int((hits | ~answer).all(-1).sum())
+    figures = {"holes": len(examples), "exactAtT1": round(exact / len(examples), 4)}
+    for t, (loss, hits, count) in sums.items():
+        figures[f"answerAccuracyT{t:g}"] = round(hits / count, 4)
+        figures[f"answerLossT{t:g}"] = round(loss / count, 4)
+    return figures
+
+
+def load_weights(run_dir: Path, path: Path):
+    """The run's model (recipe from its training record or checkpoint) with the weights of `path`."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from .train import build_model
+
+    recipe = json.loads((run_dir / "recipe.json").read_text())
+    tokenizer = AutoTokenizer.from_pretrained(run_dir / "tokenizer")
+    model = build_model(recipe, tokenizer, recipe["seed"])
+    state = torch.load(path, weights_only=False)
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state["model"].items()})
+    return model, tokenizer, recipe, state
+
+
+def main(argv=None) -> int:
+    import torch
+
+    from .examples import end_of_turn_id
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_dirs", nargs="+", type=Path)
+    parser.add_argument("--holes", type=int, default=300)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--latest", action="store_true", help="score only the newest snapshot of each run")
+    parser.add_argument("--upto", type=float, help="score only snapshots of at most this many CPU-seconds")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cached = {}
+    for run_dir in args.run_dirs:
+        out = run_dir / "validation.jsonl"
+        done = {json.loads(line)["snapshot"] for line in out.read_text().splitlines()} if out.exists() else set()
+        snapshots = sorted((run_dir / "snapshots").glob("cpu-*.pt"))
+        if args.upto is not None:
+            snapshots = [s for s in snapshots if int(s.stem.split("-")[1]) <= args.upto]
+        for snapshot in snapshots[-1:] if args.latest else snapshots:
+            if snapshot.name in done:
+                continue
+            started = time.process_time()
+            model, tokenizer, recipe, state = load_weights(run_dir, snapshot)
+            key = (str((run_dir / "tokenizer" / "tokenizer.json").read_bytes().__hash__()), recipe["model"]["canvas"])
+            if key not in cached:
+                cached[key] = validation_examples(tokenizer, recipe["model"]["canvas"],
+                                                  tuple(recipe["data"]["heldOutSources"]), args.holes)
+            figures = score(model, cached[key], tokenizer.pad_token_id, end_of_turn_id(tokenizer))
+            line = {"snapshot": snapshot.name, "cpuSeconds": round(state["cpuSeconds"], 1), "step": state["step"],
+                    "answerTokens": state["answerTokens"], **figures,
+                    "scoreCpuSeconds": round(time.process_time() - started, 1)}
+            with out.open("a") as file:
+                file.write(json.dumps(line) + "\n")
+            sys.stdout.write(f"{run_dir.name} {json.dumps(line)}\n")
+            sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -101,15 +101,12 @@ def configure_logging(level: str, log_file: str | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        status = _main(argv)
-        if not sys.stdout.closed:  # the language server closes it on exit
-            sys.stdout.flush()  # inside the try: a reader that left early is noticed here, not at exit
+        return _main(argv)
     except BrokenPipeError:
         # The reader closed the pipe (`dgemma-lsp complete ... | head -c1`): end quietly, as a
         # command killed by SIGPIPE would; stdout goes to devnull so the exit flush cannot fail.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    return status
 
 
 def _main(argv: list[str] | None) -> int:
@@ -126,7 +123,9 @@ def _main(argv: list[str] | None) -> int:
         return serve.run(args)
     module = importlib.import_module(args._module)
     run = getattr(module, f"run_{args._function}" if args._function else "run")
-    return run(args)
+    status = run(args)
+    sys.stdout.flush()  # a command's answer: a reader that left early is noticed here, not at exit
+    return status
 
 
 def _version() -> str:

@@ -83,6 +83,8 @@ class DGemmaProtocol(LanguageServerProtocol):
     which leaves the editor waiting forever. Answering needs `_send_response`, which
     has no public twin: pyproject.toml pins pygls to 2.1.x for it (tests/server
     send malformed params and see the answer, so an upgrade that breaks it fails there).
+    `_handle_notification` and `_request_futures` are private too (the notification futures
+    pygls 2.1 keeps; tests/server/test_closed_documents.py fails if that changes).
     Every message also tells the syntax worker the client spoke (`SyntaxWorker.client_spoke`).
     """
 
@@ -124,6 +126,11 @@ class DGemmaProtocol(LanguageServerProtocol):
             return  # nothing filed (a plain handler): the keystroke path stays a length check
         for key in list(futures)[filed:]:  # dicts keep insertion order: what this call filed
             futures[key].add_done_callback(lambda _future, key=key: futures.pop(key, None))
+
+    @property
+    def running_handlers(self) -> int:
+        """Entries in pygls' table of running handlers (for `dgemma.serverStats`' `retained`)."""
+        return len(self._request_futures)
 
     def handle_message(self, message):
         self._server.documents.worker.client_spoke()  # background syntax work yields to this message
@@ -612,7 +619,7 @@ def retained(ls: DGemmaServer) -> dict[str, int]:
     return {
         "documents": len(ls.documents),
         "documentObjects": sum(1 for o in objects if isinstance(o, per_document)),
-        "requestFutures": len(ls.protocol._request_futures),  # this request's own included
+        "requestFutures": ls.protocol.running_handlers,  # this request's own included
         "cacheEntries": len(ls.cache),
         "schedulerJobs": ls.scheduler.in_flight,
         "promptCacheBytes": ls.engine.status().prompt_cache_bytes or 0,

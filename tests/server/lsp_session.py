@@ -48,6 +48,12 @@ def recording_client() -> LanguageClient:
 
         client.feature(method)(record)
 
+    client.registrations: list[lsp.Registration] = []  # type: ignore[attr-defined]
+
+    @client.feature(lsp.CLIENT_REGISTER_CAPABILITY)
+    def register(ls: LanguageClient, params: lsp.RegistrationParams) -> None:
+        ls.registrations.extend(params.registrations)  # as an editor does (file watchers, ...)
+
     @client.feature(lsp.WORKSPACE_APPLY_EDIT)
     def apply_edit(ls: LanguageClient, params: lsp.ApplyWorkspaceEditParams):
         ls.applied_edits.append(params.edit)

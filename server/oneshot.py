@@ -170,6 +170,9 @@ def _rewrite(args: argparse.Namespace) -> int:
 # -- helpers ---------------------------------------------------------------------
 
 
+ONE_SHOT_MAX_FILES = 1000
+ONE_SHOT_MAX_BYTES = 16 * 1024 * 1024
+"""`complete` indexes the workspace before it answers: at most this much (the server: 5,000 files)."""
 PROJECT_MARKERS = (".git", "pyproject.toml", "setup.py", "package.json", "go.mod", "Cargo.toml", "pom.xml",
                    "build.gradle", "CMakeLists.txt", "Makefile")
 
@@ -183,6 +186,7 @@ def _cross_file(args: argparse.Namespace, path: Path, language: str):
         raise UsageError(f"--cross-file-tokens must be >= 0, got {budget}")
     if budget == 0:
         return None
+    from dgemma_lsp.engine.crossfile.files import Bounds
     from dgemma_lsp.engine.crossfile.gather import CrossFileSources
     from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
 
@@ -194,7 +198,8 @@ def _cross_file(args: argparse.Namespace, path: Path, language: str):
     else:
         root = next((folder for folder in file.parents if any((folder / m).exists() for m in PROJECT_MARKERS)),
                     file.parent)
-    index = WorkspaceIndex(str(root))
+    # Built here, before the answer: a smaller bound than the server's background index.
+    index = WorkspaceIndex(str(root), Bounds(max_files=ONE_SHOT_MAX_FILES, max_bytes=ONE_SHOT_MAX_BYTES))
     index.build()
     index.update(str(file), None)  # the file itself, even when its folder's rules leave it out
     sources = CrossFileSources(index)

@@ -111,3 +111,22 @@ def test_cpu_threads_must_be_a_whole_number_of_at_least_one():
         )
         assert result.returncode == 2 and result.stdout == ""  # stdout is the protocol's
         assert "--cpu-threads" in result.stderr and repr(bad) in result.stderr
+
+
+def test_complete_json_lists_the_cross_file_snippets_and_no_cross_file_drops_them(tmp_path):
+    (tmp_path / ".git").mkdir()  # the workspace root `complete` looks for
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "models.py").write_text(
+        'class Invoice:\n    """A bill."""\n\n    def total_with_tax(self, rate):\n        return rate\n')
+    report_py = tmp_path / "app" / "report.py"
+    report_py.write_text("from .models import Invoice\n\n\ndef summary(invoice: Invoice):\n    return invoice.\n")
+    position = f"{report_py}:5:20"
+    done = dgemma("complete", position, "--steps", "2", "--max-tokens", "8", "--seed", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    (snippet,) = json.loads(done.stdout)["crossFile"]
+    assert snippet["path"] == "app/models.py" and snippet["source"] == "definition"
+    assert snippet["lines"] == [1, 5] and snippet["tokens"] > 0 and snippet["score"] > 0
+    off = dgemma("complete", position, "--steps", "2", "--max-tokens", "8", "--seed", "1", "--json", "--no-cross-file")
+    assert off.returncode == 0, off.stderr
+    assert json.loads(off.stdout)["crossFile"] == []

@@ -48,9 +48,11 @@ def recording_client() -> LanguageClient:
 
         client.feature(method)(record)
 
+    client.registrations: list[lsp.Registration] = []  # type: ignore[attr-defined]
+
     @client.feature(lsp.CLIENT_REGISTER_CAPABILITY)
-    def register_capability(ls: LanguageClient, params: lsp.RegistrationParams) -> None:
-        return None  # accepted, as VS Code and Neovim do (the server asks to watch the workspace's files)
+    def register(ls: LanguageClient, params: lsp.RegistrationParams) -> None:
+        ls.registrations.extend(params.registrations)  # as an editor does (file watchers, ...)
 
     @client.feature(lsp.WORKSPACE_APPLY_EDIT)
     def apply_edit(ls: LanguageClient, params: lsp.ApplyWorkspaceEditParams):

@@ -50,15 +50,8 @@ URI = (WORKSPACE / "app" / "report.py").as_uri()
 CURSOR = lsp.Position(line=4, character=len("    amount = invoice."))
 
 
-REGISTERED: list[lsp.RegistrationParams] = []
-
-
 @pytest_lsp.fixture(config=config())
 async def client(lsp_client: LanguageClient):
-    @lsp_client.feature(lsp.CLIENT_REGISTER_CAPABILITY)
-    def register(params: lsp.RegistrationParams) -> None:  # as Neovim does: it watches the files asked for
-        REGISTERED.append(params)
-
     caps = capabilities("neovim@v0.11.0")
     caps.workspace.did_change_watched_files.dynamic_registration = True  # type: ignore[union-attr]  (VS Code's)
     await lsp_client.initialize_session(lsp.InitializeParams(
@@ -102,7 +95,7 @@ async def test_the_imported_definition_reaches_the_prompt_and_crossfile_false_tu
     client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"crossFile": False}))
     assert await complete_and_read_snippets(client) == []
 
-    (registration,) = [r for params in REGISTERED for r in params.registrations]
+    (registration,) = client.registrations  # recorded by lsp_session's client, as an editor does
     assert registration.method == "workspace/didChangeWatchedFiles"
     assert "py" in plain(registration.register_options)["watchers"][0]["globPattern"]
     client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"crossFile": True}))

@@ -384,6 +384,9 @@ async def test_the_answer_made_from_the_last_draft_is_the_finished_result(client
     from_draft = await complete(client, "file:///tmp/answer-from-draft.py", position)
     assert await answers_from_drafts() == before + 1  # the tiny model's result is its last draft
 
+    # Closed, or the second prompt would show the first document as a similar open file (docs/context.md).
+    client.text_document_did_close(lsp.DidCloseTextDocumentParams(
+        text_document=lsp.TextDocumentIdentifier(uri="file:///tmp/answer-from-draft.py")))
     client.workspace_did_change_configuration(lsp.DidChangeConfigurationParams(settings={"dgemma": {"drafts": False}}))
     try:
         open_document(client, "file:///tmp/answer-from-result.py", text)

@@ -118,18 +118,29 @@ class DGemmaProtocol(LanguageServerProtocol):
         """pygls 2.1 files the future of a notification run through a generator handler (didOpen,
         didChange, didClose: every one) in `_request_futures` under a made-up id, and only a
         response ever removes an entry there: five futures per document edited, kept for the
-        session (the soak's RSS growth, issue 32). Whatever a notification filed goes once done."""
+        session (the soak's RSS growth, issue 32). Whatever a notification filed goes once done,
+        at the next notification: a done callback only notes the key, because pygls iterates that
+        table when it cancels everything at `exit` (a pop from there broke the exit handshake)."""
         futures = self._request_futures
+        finished = self._drop_finished_notifications()
         filed = len(futures)
         super()._handle_notification(method_name, params)
         if len(futures) == filed:
             return  # nothing filed (a plain handler): the keystroke path stays a length check
         for key in list(futures)[filed:]:  # dicts keep insertion order: what this call filed
-            futures[key].add_done_callback(lambda _future, key=key: futures.pop(key, None))
+            futures[key].add_done_callback(lambda _future, key=key: finished.append(key))
+
+    def _drop_finished_notifications(self) -> list:
+        """Remove the finished notifications' futures noted so far; the list that notes them."""
+        finished = self.__dict__.setdefault("_finished_notifications", [])
+        while finished:
+            self._request_futures.pop(finished.pop(), None)
+        return finished
 
     @property
     def running_handlers(self) -> int:
         """Entries in pygls' table of running handlers (for `dgemma.serverStats`' `retained`)."""
+        self._drop_finished_notifications()
         return len(self._request_futures)
 
     def handle_message(self, message):

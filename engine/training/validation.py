@@ -59,6 +59,7 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
     import torch.nn.functional as F
     from transformers import DynamicCache
 
+    from ..runtime.cache_keyword import with_cache
     from .objective import collate, softcapped_logits
 
     model.eval()
@@ -74,13 +75,13 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
             for t in NOISE_LEVELS:
                 cache = DynamicCache(config=model.config.text_config)
                 model.model.encoder(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask,
-                                    position_ids=positions, past_key_values=cache, use_cache=True)
+                                    position_ids=positions, **with_cache(cache), use_cache=True)
                 shape = batch.canvas_ids.shape
                 corrupt = torch.rand(shape, generator=generator) < t
                 noise = torch.randint(0, vocab, shape, generator=generator)
                 canvas = torch.where(corrupt, noise, batch.canvas_ids)
                 decoded = model.model.decoder(
-                    decoder_input_ids=canvas, past_key_values=cache,
+                    decoder_input_ids=canvas, **with_cache(cache),
                     decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(canvas)], -1),
                     decoder_position_ids=batch.prompt_mask.sum(-1, keepdim=True) + torch.arange(shape[1]))
                 logits = softcapped_logits(model, decoded.last_hidden_state)

@@ -195,9 +195,15 @@ class CompletionsServer:
         with self._lock:
             (self._connections.add if open_ else self._connections.discard)(connection)
 
-    def count(self, name: str, by: int = 1) -> None:
+    def count(self, name: str, by: int = 1, into: Counters | None = None) -> None:
+        """Add to `into` (the counters a request started under), else to the current ones.
+
+        A request still running when a test ends must not count into the next
+        test's fresh counters (`reset`): handlers pass the object they began with.
+        """
         with self._lock:
-            setattr(self.counters, name, getattr(self.counters, name) + by)
+            counters = into if into is not None else self.counters
+            setattr(counters, name, getattr(counters, name) + by)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -238,7 +244,8 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/completions":
             return self._error(404, f"no route {self.path}")
         owner, behaviour = self.owner, self.owner.behaviour
-        owner.count("completions")
+        self.counters = counters = owner.counters  # this request counts into the test it began in
+        owner.count("completions", into=counters)
         if not self._authorized():
             return self._error(401, "invalid API key")
         try:
@@ -246,7 +253,7 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self._error(400, "the body is not JSON")
         with owner._lock:
-            owner.counters.bodies.append(body)
+            counters.bodies.append(body)
         if behaviour.fail_count > 0 and behaviour.fail_status is not None:
             behaviour.fail_count -= 1
             return self._error(behaviour.fail_status, "injected failure")
@@ -267,7 +274,7 @@ class _Handler(BaseHTTPRequestHandler):
                 seed=body.get("seed"), add_special_tokens=body.get("add_special_tokens", True), cancel=cancel,
             )
         except CancelledError:
-            owner.count("aborted")
+            owner.count("aborted", into=counters)
             self.close_connection = True
             return
         except Exception as error:  # a bug here must read as a server error, like vLLM's 500
@@ -279,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(body, result, malformed)
         else:
             self._json(200, _completion(owner.model, body, result))
-            owner.count("completed")
+            owner.count("completed", into=counters)
 
     # -- answers -------------------------------------------------------------------------------
 
@@ -306,10 +313,10 @@ class _Handler(BaseHTTPRequestHandler):
                 owner.streaming.set()
             self._chunk(b"")  # the last chunk of a chunked body
         except (BrokenPipeError, ConnectionResetError):
-            owner.count("disconnected")
+            owner.count("disconnected", into=self.counters)
             self.close_connection = True
             return
-        owner.count("completed")
+        owner.count("completed", into=self.counters)
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))

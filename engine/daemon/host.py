@@ -127,6 +127,8 @@ class EngineDaemon:
         self._load_wanted = False
         self._reload_wanted = False
         self._loading = False
+        self.load_abandoned = False
+        """Set when the daemon stopped during a load: the process must exit without joining the loader."""
         self._unload_due = False
         self._idle_timer: asyncio.TimerHandle | None = None
         self._last_status: EngineStatus | None = None
@@ -199,6 +201,7 @@ class EngineDaemon:
         return server
 
     async def _shut_down(self, server: asyncio.AbstractServer, dispatcher: asyncio.Task) -> None:
+        loading = self._loading  # read before the dispatcher's cancellation clears it
         server.close()
         for job in list(self._queue):
             self._finish_queued(job, "cancelled", "the engine daemon is shutting down")
@@ -210,6 +213,19 @@ class EngineDaemon:
                 connection.send(Goodbye(reason=f"the engine daemon was {self._stop_reason}"))
             connection.closed = True
             connection.writer.close()
+        if loading:
+            # A load cannot be interrupted and may take minutes: `engine stop` must not wait for it.
+            # It only reads files, so the process may leave it (run_daemon exits at once).
+            self.load_abandoned = True
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            # Let the connections' handlers see their end of stream before asyncio.run cancels them.
+            closing = [connection.writer.wait_closed() for connection in list(self._connections)]
+            try:
+                await asyncio.wait_for(asyncio.gather(*closing, return_exceptions=True), 5.0)
+            except TimeoutError:
+                pass  # a peer that does not close: it is cancelled with the rest
+            await asyncio.sleep(0)
+            return
         # Let the worker leave the model (one step) before the process exits.
         await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
 
@@ -524,6 +540,12 @@ def run_daemon(key: EngineKey, paths: EnginePaths, *, idle_unload: float | None,
         log.warning("%s", error)
         return 3
     finally:
-        if service.loaded:
+        if service.loaded and not daemon.load_abandoned:
             service.unload()
+    if daemon.load_abandoned:
+        # The loader thread is still reading the checkpoint; a normal exit would join it
+        # (concurrent.futures' atexit hook). Its files and lock are already released.
+        log.info("engine daemon stopped during a load: exiting without waiting for it")
+        logging.shutdown()
+        os._exit(0)
     return 0

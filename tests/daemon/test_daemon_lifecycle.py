@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import stat
 from concurrent.futures import ThreadPoolExecutor
@@ -17,6 +18,7 @@ from daemon_helpers import dgemma, engine_status, quick, raw_hello, wait_for_sta
 from dgemma_lsp.engine.daemon.client import DaemonEngineClient, query_info, spawn_daemon
 from dgemma_lsp.engine.daemon.paths import TRANSPORT_ENV, EnginePaths, engine_key, lock_is_held, read_token
 from dgemma_lsp.engine.daemon.protocol import PROTOCOL_VERSION, Hello, Refused, Welcome
+from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
 
 
 def test_engine_start_status_stop(runtime_dir):
@@ -42,6 +44,25 @@ def test_engine_start_status_stop(runtime_dir):
     assert not paths.socket.exists() and not paths.token.exists()
     assert dgemma("engine", "status").returncode == 3
     assert dgemma("engine", "stop").returncode == 0  # stopping nothing is fine
+
+
+def test_stop_during_a_load_ends_the_process_without_waiting_for_the_load(runtime_dir, tmp_path):
+    """A load cannot be interrupted (a checkpoint on a slow disk, a big model on a busy CPU):
+    `engine stop` must end the process all the same, not say "stopped" while it loads on."""
+    folder = tmp_path / "stuck"
+    shutil.copytree(ensure_tiny_model(), folder)
+    (folder / "model.safetensors").unlink()
+    os.mkfifo(folder / "model.safetensors")  # opening it blocks until a writer comes: a load that never ends
+    started = dgemma("engine", "start", "--json", model=str(folder))
+    assert started.returncode == 0, started.stderr
+    assert json.loads(started.stdout)["state"] == "loading"
+
+    stopped = dgemma("engine", "stop", model=str(folder))
+    assert stopped.returncode == 0, stopped.stderr
+    paths = EnginePaths.for_key(engine_key(str(folder)))
+    assert not lock_is_held(paths.pid_lock)  # the process is gone: its lock went with it
+    assert not paths.socket.exists() and not paths.token.exists()
+    assert "exiting without waiting" in paths.log.read_text()
 
 
 def test_status_and_stop_without_model_act_on_every_engine_and_model_options_narrow(runtime_dir):

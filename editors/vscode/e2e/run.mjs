@@ -267,6 +267,15 @@ async function struckStart(page) {
   });
 }
 
+/** Polls `ok` (sync or async) every 100 ms for 10 s. */
+async function waitFor(what, ok) {
+  const deadline = Date.now() + 10_000;
+  while (!await ok()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 /** "Ln 3, Col 5" from the status bar. */
 async function cursorLabel(page) {
   return (await page.locator('[id="status.editor.selection"]').first().textContent() ?? '').trim();
@@ -310,7 +319,8 @@ const NEXT_EDIT_SOURCE = `def load(path, mode):
 `;
 
 const SCENARIO_FILES = {
-  'ghost.py': SAMPLE, 'rewrite.py': SAMPLE, 'lightbulb.py': SAMPLE, 'nextedit.py': NEXT_EDIT_SOURCE,
+  'ghost.py': SAMPLE, 'rewrite.py': SAMPLE, 'lightbulb.py': SAMPLE,
+  'nextedit.py': NEXT_EDIT_SOURCE, 'dismiss.py': NEXT_EDIT_SOURCE,
 };
 
 /** Written before code-server starts: quick open caches its file list, so files made later may not show. */
@@ -413,6 +423,20 @@ const scenarios = [
     if (!appliedAsDrawn(before, after, edit)) {
       throw new Error(`the text after Tab is not the drawn edit applied:\n${before}\n---\n${after}`);
     }
+    // The server heard of it: the edit's command answered (its answer is in the server's log).
+    await waitFor('the accept command to be answered', () =>
+      fs.readFileSync(path.join(ARTIFACTS, 'dgemma-lsp.log'), 'utf8').includes('"result": {"accepted": true}'));
+  }],
+
+  ['Escape dismisses a next edit: it goes and the text stays', async (page) => {
+    await openFile(page, 'dismiss.py');
+    await waitForServerReady(page);
+    await nextEditAfterRename(page);
+    const before = await drawnText(page);
+    await page.keyboard.press('Escape');
+    await waitFor('the next edit to go', async () => await drawnNextEdit(page) === null);
+    await shoot(page, 'next-edit-dismissed');
+    if (await drawnText(page) !== before) throw new Error('Escape changed the text');
   }],
 
 ];

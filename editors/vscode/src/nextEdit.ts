@@ -29,7 +29,7 @@ const REQUEST = 'textDocument/copilotInlineEdit';
 const DID_SHOW = 'textDocument/didShowInlineEdit';
 const DID_REJECT = 'dgemma/didRejectInlineEdit';
 const DID_HIDE_COMPLETION = 'dgemma/didHideCompletion';
-export const CONTEXT_KEY = 'dgemma.nextEditVisible';
+const CONTEXT_KEY = 'dgemma.nextEditVisible';
 /** The client's pause after the last change; the server adds its own adaptive debounce (nextEditDebounceMs). */
 const PAUSE_MS = 300;
 const HOVER = 'DiffusionGemma next edit: Tab goes to it, Tab again applies it, Escape dismisses it';

@@ -6,7 +6,9 @@ at most one edit (Copilot's several edits are alternatives; we offer one). The c
 sends `textDocument/didShowInlineEdit {item: {command}}`, and on acceptance applies `text` over
 `range` itself and runs `command` (`dgemma.acceptInlineEdit`, workspace/executeCommand), which
 tells the server it was accepted. A dismissal is `dgemma/didRejectInlineEdit {item: {command}}`
-(ours: Copilot's protocol has none). With drafts on, `dgemma/inlineEditDraft` carries the edit
+(ours: Copilot's protocol has none). `dgemma/didHideCompletion {textDocument: {uri, version}}`
+(ours) says the inline completion answered for that version is no longer shown (the user
+dismissed it), so it stops blocking next edits there. With drafts on, `dgemma/inlineEditDraft` carries the edit
 each denoising step would propose. Advertised as `capabilities.experimental.copilotInlineEdit`.
 The policy (versions, memory, filters, debounce) is server/inline_edits.py; this module only
 translates. Same shapes as Copilot's so its Neovim and Emacs clients can render ours.
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 INLINE_EDIT = "textDocument/copilotInlineEdit"
 DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
 DID_REJECT_INLINE_EDIT = "dgemma/didRejectInlineEdit"
+DID_HIDE_COMPLETION = "dgemma/didHideCompletion"
 ACCEPT_COMMAND = "dgemma.acceptInlineEdit"
 DRAFT_NOTIFICATION = "dgemma/inlineEditDraft"
 CAPABILITY = {
@@ -34,6 +37,7 @@ CAPABILITY = {
         "acceptCommand": ACCEPT_COMMAND,
         "didShow": DID_SHOW_INLINE_EDIT,
         "didReject": DID_REJECT_INLINE_EDIT,
+        "didHideCompletion": DID_HIDE_COMPLETION,
         "draft": DRAFT_NOTIFICATION,
     }
 }
@@ -113,6 +117,13 @@ def register(server: DGemmaServer) -> None:
     def did_reject_inline_edit(ls, params: Any) -> None:
         if (found := offer_id(params)) is not None:
             ls.next_edits.rejected(found)
+
+    @server.feature(DID_HIDE_COMPLETION)
+    def did_hide_completion(ls, params: Any) -> None:
+        document = _get(params, "textDocument")
+        uri, version = _get(document, "uri"), _get(document, "version")
+        if isinstance(uri, str) and isinstance(version, int):
+            ls.next_edits.completion_hidden(uri, version)
 
     @server.command(ACCEPT_COMMAND)
     def accept_inline_edit(ls, *args: Any):

@@ -6,7 +6,8 @@ with at most one edit. Noise control, as the anchors do it (REFERENCE.md "Next-e
   (a stale edit would land on the wrong text): otherwise no edit;
 - never while a completion is showing, as far as the server can know: an inline completion
   of the document is being computed, or one was answered (or reported shown) for the document
-  version the request names;
+  version the request names and the client has not said it was dismissed since
+  (`dgemma/didHideCompletion`);
 - a per-document memory of rejected edits (LRU, REJECTED_PER_DOCUMENT), by `edit_key`, so an
   edit the user dismissed is not shown again even after unrelated lines moved it;
 - an edit that reverts the user's last edit is dropped (engine/nextedit/proposal.py);
@@ -134,6 +135,12 @@ class NextEditor:
     def completion_showing(self, uri: str, version: int) -> None:
         """An inline completion was answered (non-empty) or shown for this version of the document."""
         self._doc(uri).completion_version = version
+
+    def completion_hidden(self, uri: str, version: int) -> None:
+        """The client says the completion shown for this version is gone (dismissed): it blocks no more."""
+        memory = self._memory.get(uri)
+        if memory is not None and memory.completion_version == version:
+            memory.completion_version = None
 
     def completion_blocks(self, uri: str, version: int) -> bool:
         return self.completions.live(uri) or self._doc(uri).completion_version == version

@@ -133,7 +133,7 @@ async def test_a_stale_version_gets_no_edit(client: LanguageClient):
     assert as_dict(await ask(client, uri, 1, text, cursor)) == {"edits": []}
 
 
-async def test_no_edit_while_a_completion_shows(client: LanguageClient):
+async def test_no_edit_while_a_completion_shows_until_it_is_hidden(client: LanguageClient):
     uri = "file:///tmp/next_edit_completion.py"
     text, cursor = rename_in_signature(client, uri)
     items = await within(client.text_document_inline_completion_async(lsp.InlineCompletionParams(
@@ -141,6 +141,9 @@ async def test_no_edit_while_a_completion_shows(client: LanguageClient):
         context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Invoked))))
     assert items.items, "the tiny model always writes something"
     assert as_dict(await ask(client, uri, 2, text, cursor)) == {"edits": []}
+    # The user dismissed the ghost text (the client says so): the next edit comes.
+    client.protocol.notify("dgemma/didHideCompletion", {"textDocument": {"uri": uri, "version": 2}})
+    assert len(as_dict(await ask(client, uri, 2, text, cursor))["edits"]) == 1
 
 
 async def test_a_change_or_a_cancel_stops_a_next_edit(client: LanguageClient):

@@ -221,6 +221,77 @@ async function recordDrafts(page) {
   });
 }
 
+/**
+ * The next edit the extension draws, read from the DOM: `deleted` is the text of the spans
+ * struck through (an extension decoration's inline class), `inserted` the CSS `::after` content
+ * of an extension decoration that is not italic (drafts are); null when neither is drawn.
+ */
+async function drawnNextEdit(page) {
+  return page.evaluate(() => {
+    let deleted = '';
+    let inserted = null;
+    for (const el of document.querySelectorAll('.monaco-editor .view-lines span')) {
+      if (!/\bced-\S*TextEditorDecorationType/.test(el.className)) continue;
+      const style = getComputedStyle(el);
+      if (style.textDecorationLine.includes('line-through')) deleted += el.textContent ?? '';
+      const after = getComputedStyle(el, '::after');
+      if (after.content && after.content !== 'none' && after.content !== 'normal' && after.fontStyle !== 'italic') {
+        inserted = after.content.replace(/^"|"$/g, '').replace(/\\(.)/g, '$1');
+      }
+    }
+    return deleted || inserted !== null ? { deleted, inserted: inserted ?? '' } : null;
+  });
+}
+
+/** The editor's text as drawn (top to bottom), without decorations' CSS content. */
+async function drawnText(page) {
+  return page.evaluate(() => [...document.querySelectorAll('.monaco-editor .view-lines .view-line')]
+    .sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))
+    .map((line) => (line.textContent ?? '').replace(/\u00a0/g, ' '))
+    .join('\n'));
+}
+
+/** Where the struck-through text starts, as the status bar would name it ("Ln 1, Col 4"); null if none. */
+async function struckStart(page) {
+  return page.evaluate(() => {
+    const lines = [...document.querySelectorAll('.monaco-editor .view-lines .view-line')]
+      .sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top));
+    for (const [index, line] of lines.entries()) {
+      let column = 1;
+      for (const span of line.querySelectorAll('span > span')) {
+        if (getComputedStyle(span).textDecorationLine.includes('line-through')) return `Ln ${index + 1}, Col ${column}`;
+        column += (span.textContent ?? '').length;
+      }
+    }
+    return null;
+  });
+}
+
+/** Polls `ok` (sync or async) every 100 ms for 10 s. */
+async function waitFor(what, ok) {
+  const deadline = Date.now() + 10_000;
+  while (!await ok()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+/** "Ln 3, Col 5" from the status bar. */
+async function cursorLabel(page) {
+  return (await page.locator('[id="status.editor.selection"]').first().textContent() ?? '').trim();
+}
+
+/** Waits (5 s) until the status bar's cursor label passes `ok`; returns it. */
+async function waitForCursor(page, ok) {
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    const label = await cursorLabel(page);
+    if (ok(label)) return label;
+    if (Date.now() > deadline) throw new Error(`the cursor is at ${label}`);
+    await page.waitForTimeout(100);
+  }
+}
+
 // ---------------------------------------------------------------- scenarios
 
 const SAMPLE = `"""Small statistics helpers."""
@@ -240,15 +311,25 @@ def variance(values):
 const REWRITE_FIRST_LINE = 6;
 const REWRITE_LINES = 2;
 
-const SCENARIO_FILES = ['ghost.py', 'rewrite.py', 'lightbulb.py'];
+// The next-edit scenario renames the parameter in line 1; the edit that follows is elsewhere.
+const NEXT_EDIT_SOURCE = `def load(path, mode):
+    """Read the file at path."""
+    with open(path, mode) as handle:
+        return handle.read()
+`;
+
+const SCENARIO_FILES = {
+  'ghost.py': SAMPLE, 'rewrite.py': SAMPLE, 'lightbulb.py': SAMPLE,
+  'nextedit.py': NEXT_EDIT_SOURCE, 'dismiss.py': NEXT_EDIT_SOURCE,
+};
 
 /** Written before code-server starts: quick open caches its file list, so files made later may not show. */
 function writeWorkspaceFiles() {
-  for (const name of SCENARIO_FILES) fs.writeFileSync(path.join(WORKSPACE, name), SAMPLE);
+  for (const [name, text] of Object.entries(SCENARIO_FILES)) fs.writeFileSync(path.join(WORKSPACE, name), text);
 }
 
 function workspaceFile(name) {
-  assert(SCENARIO_FILES.includes(name), `${name} is not among the files written at start`);
+  assert(name in SCENARIO_FILES, `${name} is not among the files written at start`);
   return path.join(WORKSPACE, name);
 }
 
@@ -315,7 +396,100 @@ const scenarios = [
     });
   }],
 
+  ['after an edit a next edit is drawn (never beside ghost text); Tab goes to it, Tab applies exactly it', async (page) => {
+    const file = workspaceFile('nextedit.py');
+    await openFile(page, 'nextedit.py');
+    await waitForServerReady(page);
+    const edit = await nextEditAfterRename(page);
+    await shoot(page, 'next-edit');
+    log(`next edit drawn: deletes ${JSON.stringify(edit.deleted)}, inserts ${JSON.stringify(edit.inserted)}`);
+    // Away from the edit, the first Tab moves the cursor there and changes nothing.
+    const start = await struckStart(page); // null for a pure insertion: then only "it moved"
+    const lines = NEXT_EDIT_SOURCE.split('\n').length;
+    await page.keyboard.press(`${MODIFIER}+End`);
+    await waitForCursor(page, (label) => label.startsWith(`Ln ${lines},`));
+    const away = await cursorLabel(page);
+    const before = await drawnText(page);
+    await page.keyboard.press('Tab');
+    const at = await waitForCursor(page, (label) => label !== away && (!start || label === start));
+    if (await drawnText(page) !== before) throw new Error('the first Tab changed the text');
+    if (!await drawnNextEdit(page)) throw new Error('the first Tab took the next edit away');
+    log(`Tab went to the edit: ${away} -> ${at} (the struck text starts at ${start})`);
+    await page.keyboard.press('Tab');
+    await page.waitForFunction(() => ![...document.querySelectorAll('.monaco-editor .view-lines span')]
+      .some((el) => getComputedStyle(el).textDecorationLine.includes('line-through')), null, { timeout: 10_000 });
+    await shoot(page, 'next-edit-applied');
+    const after = await saveAndRead(page, file, NEXT_EDIT_SOURCE);
+    if (!appliedAsDrawn(before, after, edit)) {
+      throw new Error(`the text after Tab is not the drawn edit applied:\n${before}\n---\n${after}`);
+    }
+    // The server heard of it: the edit's command answered (its answer is in the server's log).
+    await waitFor('the accept command to be answered', () =>
+      fs.readFileSync(path.join(ARTIFACTS, 'dgemma-lsp.log'), 'utf8').includes('"result": {"accepted": true}'));
+  }],
+
+  ['Escape dismisses a next edit: it goes and the text stays', async (page) => {
+    await openFile(page, 'dismiss.py');
+    await waitForServerReady(page);
+    await nextEditAfterRename(page);
+    const before = await drawnText(page);
+    await page.keyboard.press('Escape');
+    await waitFor('the next edit to go', async () => await drawnNextEdit(page) === null);
+    await shoot(page, 'next-edit-dismissed');
+    if (await drawnText(page) !== before) throw new Error('Escape changed the text');
+  }],
+
 ];
+
+/**
+ * Renames `load`'s parameter (select it, type a new name) until a next edit is drawn. Typing asks
+ * for an inline completion too: while its ghost text shows no next edit may be drawn; Escape
+ * dismisses it (the extension tells the server), and then the next edit may come. A random model
+ * sometimes proposes no edit (or one the server filters): then another name, a few times.
+ */
+async function nextEditAfterRename(page) {
+  for (const name of ['filename', 'source', 'where', 'origin', 'target']) {
+    await goToLine(page, 1);
+    await page.keyboard.press('Home');
+    for (let i = 0; i < 'def load('.length; i++) await page.keyboard.press('ArrowRight');
+    await page.keyboard.press(`${MODIFIER}+Shift+ArrowRight`); // the parameter's name
+    await page.keyboard.type(name, { delay: 30 });
+    let dismissed = false;
+    const deadline = Date.now() + 60_000;
+    while (Date.now() < deadline) {
+      const edit = await drawnNextEdit(page);
+      const ghost = (await visibleGhostText(page)).replace(/\s/g, '');
+      if (edit && ghost) throw new Error(`a next edit is drawn beside ghost text ${JSON.stringify(ghost)}`);
+      if (edit) return edit;
+      if (ghost && !dismissed) {
+        log(`ghost text after '${name}': dismiss it (Escape), then wait for the next edit`);
+        await page.keyboard.press('Escape');
+        dismissed = true;
+      }
+      await page.waitForTimeout(200);
+    }
+    log(`no next edit after renaming to '${name}'`);
+  }
+  throw new Error('no next edit after 5 renames');
+}
+
+/** Whether `after` is `before` with one occurrence of the drawn deletion replaced by the drawn
+ * insertion; compared without whitespace, as asDrawn does (the insertion is drawn on one line,
+ * line breaks as ⏎, cut at 160 characters with …). */
+function appliedAsDrawn(before, after, edit) {
+  const b = asDrawn(before);
+  const a = asDrawn(after);
+  const deleted = asDrawn(edit.deleted);
+  let inserted = asDrawn(edit.inserted.replace(/⏎/g, ''));
+  const cut = inserted.endsWith('…');
+  if (cut) inserted = inserted.slice(0, -1);
+  for (let at = b.indexOf(deleted); at !== -1; at = b.indexOf(deleted, at + 1)) {
+    const head = b.slice(0, at) + inserted;
+    const tail = b.slice(at + deleted.length);
+    if (cut ? a.startsWith(head) && a.endsWith(tail) && a.length >= head.length + tail.length : a === head + tail) return true;
+  }
+  return false;
+}
 
 /** Selects lines REWRITE_FIRST_LINE.. (whole lines), runs `invoke`, and checks the text around them. */
 async function rewriteAndCheck(page, file, shotName, invoke) {

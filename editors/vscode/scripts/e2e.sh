@@ -44,6 +44,8 @@ cat > "$RUN_DIR/user-data/User/settings.json" <<JSON
   "dgemma.steps": 8,
   "dgemma.maxTokens": 32,
   "dgemma.drafts": true,
+  "dgemma.nextEditDebounceMs": 0,
+  "dgemma.nextEditStrength": 0.6,
   "dgemma.trace.server": "messages",
   "editor.inlineSuggest.enabled": true,
   "editor.quickSuggestions": { "other": "off", "comments": "off", "strings": "off" },

@@ -103,7 +103,7 @@ function key(uri: string, version: number, line: number, character: number): str
 }
 
 /** Line breaks become ⏎ and spaces stay visible (an `after` decoration collapses nothing, but trims nothing either). */
-function oneLine(text: string): string {
+export function oneLine(text: string): string {
   const flat = text.replace(/\r?\n/g, ' ⏎ ').replace(/\t/g, '  ');
   return flat.length > MAX_DRAFT_CHARS ? `${flat.slice(0, MAX_DRAFT_CHARS)}…` : flat;
 }

@@ -4,7 +4,9 @@
  * Inline completions, code actions ("Rewrite selection" in the lightbulb) and
  * the server's commands come through vscode-languageclient as plain LSP. This
  * file adds only what LSP does not carry: drafts while denoising, the status
- * bar, the palette command, settings pushes. Model logic lives in the server.
+ * bar, the palette command, settings pushes, and next-edit suggestions (nextEdit.ts:
+ * Copilot's `textDocument/copilotInlineEdit`, drawn with decorations). Model logic
+ * lives in the server.
  */
 import * as vscode from 'vscode';
 import {
@@ -12,6 +14,7 @@ import {
   LanguageClientOptions, ServerOptions, State,
 } from 'vscode-languageclient/node';
 import { DraftParams, DraftRenderer } from './drafts';
+import { NextEdits } from './nextEdit';
 import { affectsServerLaunch, resolveServer, serverSettings } from './settings';
 import { ServerStatus, StatusItem } from './status';
 
@@ -19,13 +22,15 @@ import { ServerStatus, StatusItem } from './status';
 const SERVER_REWRITE_COMMAND = 'dgemma.rewriteSelection';
 
 let client: LanguageClient | undefined;
+let nextEdits: NextEdits | undefined;
 
 export async function activate(context: vscode.ExtensionContext): Promise<void> {
   const output = vscode.window.createOutputChannel('DiffusionGemma', { log: true });
   const status = new StatusItem('dgemma.showOutput');
   const drafts = new DraftRenderer();
+  nextEdits = new NextEdits(() => client);
   context.subscriptions.push(
-    output, status, drafts,
+    output, status, drafts, nextEdits,
     vscode.commands.registerCommand('dgemma.showOutput', () => output.show(true)),
     vscode.commands.registerCommand('dgemma.restart', () => restart(output, status, drafts)),
     vscode.commands.registerCommand('dgemma.rewrite', () => rewriteSelection()),
@@ -69,10 +74,16 @@ async function start(output: vscode.LogOutputChannel, status: StatusItem, drafts
     middleware: {
       provideInlineCompletionItems: async (document, position, context, token, next) => {
         const id = drafts.begin(document, position);
+        const version = document.version;
+        let answered = false;
+        nextEdits?.completionStarted(document);
         try {
-          return await next(document, position, context, token);
+          const result = await next(document, position, context, token);
+          answered = (Array.isArray(result) ? result.length : result?.items.length ?? 0) > 0;
+          return result;
         } finally {
           drafts.end(document, id);
+          nextEdits?.completionEnded(document, version, answered);
         }
       },
       handleWorkDoneProgress: (token, params, next) => {
@@ -87,6 +98,8 @@ async function start(output: vscode.LogOutputChannel, status: StatusItem, drafts
   client = new LanguageClient('dgemma', 'DiffusionGemma', serverOptions, clientOptions);
   client.onNotification('dgemma/draft', (params: DraftParams) => drafts.show(params));
   client.onNotification('dgemma/status', (params: ServerStatus) => status.update(params));
+  // The drafts of a next edit are not drawn: the decorations show only the final edit.
+  client.onNotification('dgemma/inlineEditDraft', () => undefined);
   client.onDidChangeState((event) => {
     if (event.newState === State.Stopped) status.stopped('the server stopped; see the output');
   });
@@ -101,6 +114,7 @@ async function start(output: vscode.LogOutputChannel, status: StatusItem, drafts
 async function restart(output: vscode.LogOutputChannel, status: StatusItem, drafts: DraftRenderer): Promise<void> {
   const previous = client;
   client = undefined;
+  nextEdits?.stop();
   await previous?.dispose();
   await start(output, status, drafts);
 }

@@ -14,6 +14,7 @@ import * as vscode from 'vscode';
 const SERVER_SETTING_KEYS = [
   'enable', 'drafts', 'maxCandidates', 'steps', 'maxTokens', 'seed',
   'debounceMs', 'contextTokens', 'crossFile', 'crossFileTokens', 'rewriteStrength', 'promptCacheMB',
+  'nextEdit', 'nextEditStrength', 'nextEditDebounceMs',
 ] as const;
 
 export function serverSettings(): Record<string, unknown> {

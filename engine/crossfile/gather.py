@@ -75,9 +75,13 @@ while a name the file never mentions it cannot write without its definition."""
 POPULARITY = 0.5
 """Score per log of the other workspace files that mention a definition's name (what many files use,
 this one likely uses too)."""
+DENSITY = 0.5
+"""The choice ranks definitions by score / tokens ** DENSITY."""
 HEADER_TOKENS = 12
 """Tokens of a file's heading in the prompt ("From path:" and its fence)."""
 _MEMO_SIZE = 32
+MAX_COSTS = 200_000
+"""Remembered signature costs before they are forgotten (at an index change)."""
 
 
 class CrossFileSources:
@@ -95,7 +99,9 @@ class CrossFileSources:
         self._idf: dict[str, float] = {}
         self._totals: dict[int, float] = {}
         """id(definition) -> its words' total weight (the index keeps the definitions alive)."""
-        self._costs: dict[tuple[int, bool, bool], int] = {}
+        self._costs: dict[tuple[int, bool, bool], tuple[Definition, int]] = {}
+        """Rendered tokens per (id(definition), header only, with doc); the definition is kept with its
+        cost (so its id is not reused while the entry lives): they outlive index generations."""
 
     def snippets(self, path: str | None, language: str, context: InfillContext,
                  budget: int) -> tuple[CrossFileSnippet, ...]:
@@ -281,7 +287,10 @@ class CrossFileSources:
             items.append((score, order, file, definition, None))
             for member_score, member in group:
                 items.append((member_score, order, file, member, definition))
-        items.sort(key=lambda item: (-item[0], item[1]))
+        # Score per token (a square root of it: a long signature is worth more than a short one, not
+        # in proportion): the budget buys the most likely definitions.
+        items.sort(key=lambda item: (-item[0] / self._cost_of(item[3], index.files[item[2]].language,
+                                                               item[4] is None, False) ** DENSITY, item[1]))
         # Signatures first, one line each (a type's or class's header alone): as many definitions as
         # fit; then, best first, what is left of the budget shows their fields and doc lines.
         chosen: dict[tuple[str, int], list] = {}  # (file, top start line) -> [top, score, members, whole, detail]
@@ -355,7 +364,8 @@ class CrossFileSources:
             self._weights_generation = self.index.generation
             self._idf.clear()
             self._totals.clear()
-            self._costs.clear()
+            if len(self._costs) > MAX_COSTS:
+                self._costs.clear()
 
     def _similarity(self, definition: Definition, near: Counter[str]) -> float:
         """Shared words, rare ones weighing more, over the definition's own word weight (BM25's spirit)."""
@@ -382,10 +392,10 @@ class CrossFileSources:
 
     def _cost_of(self, definition: Definition, language: str, header_only: bool, with_doc: bool) -> int:
         key = (id(definition), header_only, with_doc)
-        cost = self._costs.get(key)
-        if cost is None:
-            cost = self._costs[key] = _tokens(_render(definition, language, header_only, with_doc)) + 1
-        return cost
+        entry = self._costs.get(key)
+        if entry is None:
+            entry = self._costs[key] = (definition, _tokens(_render(definition, language, header_only, with_doc)) + 1)
+        return entry[1]
 
     def _resolved(self, path: str) -> list:
         index = self.index

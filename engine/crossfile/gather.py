@@ -121,7 +121,10 @@ class CrossFileSources:
         memo = self._memo.get(path)
         if memo is not None and memo[0] == key:
             return memo[1]
-        chosen = self._choose(path, language, before, after, others, recent, budget)
+        # The names of the file as the index has it (the editor's buffer), less those of the cursor's
+        # line (what is being typed there must not change the choice).
+        line = context.prefix[len(before):] + (context.suffix[:newline] if newline >= 0 else context.suffix)
+        chosen = self._choose(path, language, before, after, others, recent, budget, identifiers(line))
         self._memo[path] = (key, chosen)
         self._memo.move_to_end(path)
         while len(self._memo) > _MEMO_SIZE:
@@ -131,7 +134,7 @@ class CrossFileSources:
     # -- choosing --------------------------------------------------------------------------------
 
     def _choose(self, path: str, language: str, before: str, after: str, others: list[OpenFile],
-                recent: tuple, budget: int) -> tuple[CrossFileSnippet, ...]:
+                recent: tuple, budget: int, cursor_line: frozenset[str] = frozenset()) -> tuple[CrossFileSnippet, ...]:
         query = identifiers("\n".join(before.split("\n")[-WINDOW_QUERY_LINES:]))
         similar = self.windows.best(others, query) if others else []
         texts = {f.path: f.text for f in others}
@@ -140,7 +143,8 @@ class CrossFileSources:
         reserve_recent = int(budget * RECENT_SHARE) if recent_here else 0
         picked: list[CrossFileSnippet] = []
         shown: dict[str, list[tuple[int, int]]] = {}
-        spent = self._definitions(path, before, after, budget - reserve_open - reserve_recent, picked, shown)
+        spent = self._definitions(path, before, after, budget - reserve_open - reserve_recent, picked, shown,
+                                  cursor_line)
         left = budget - spent
         spent_open = 0
         for file, start, end, score in similar[:4]:
@@ -174,7 +178,7 @@ class CrossFileSources:
         return None
 
     def _definitions(self, path: str, before: str, after: str, budget: int, picked: list,
-                     shown: dict) -> int:
+                     shown: dict, cursor_line: frozenset[str] = frozenset()) -> int:
         index = self.index
         if index is None or budget <= 0 or path not in index.files:
             return 0
@@ -230,7 +234,7 @@ class CrossFileSources:
         # (a parameter's type), whose members the code reaches through that parameter.
         outlines = [index.files[link.path] for link, _weight in links if link.path in index.files]
         receiver = _enclosing_types(before, language, outlines)
-        mentioned = set(index.uses.get(path, ()))
+        mentioned = (set(index.uses.get(path, ())) - cursor_line) | set(near_names)
         for link, weight in links:
             outline = index.files.get(link.path)
             if outline is None:

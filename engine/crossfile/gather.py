@@ -1,16 +1,20 @@
 """Picks the cross-file snippets one prompt shows, under their own token budget.
 
-Sources, in this order of the budget: definitions (what the file's imports and its own
-package resolve to, scored by the names and words of the code near the cursor: a name
-used there scores highest, then a name the file imports, then words shared with it, rare
-words weighing more; a class's members inherit part of its score, so the methods of a type
-used at the cursor come with it), the most similar window of each other open document of
-the same language, and recently edited or viewed ranges of other files. A definition is
-shown as its signature, docstring line and fields (outline.py), never its body.
+Sources, in this order of the budget: definitions (what the file's imports resolve to, every
+other file of a Go package, the file's own folder; scored by the names and words of the code
+near the cursor: a name used there scores high, then a name the file imports, words shared with
+it, rare words weighing more; members of the type the cursor's code belongs to and of its bases,
+and of types named near the cursor; names that other workspace files mention often; a name the
+file already mentions weighs a fifth, since the model sees it in use, while a name the file never
+mentions it cannot write without its definition), the most similar window of each other open
+document of the same language, and recently edited or viewed ranges of other files. Definitions
+are ranked by score per token (its square root) and packed as one-line signatures (a type or class
+as its header line) first; what is left of the budget then shows fields and doc lines, best first.
+Never a body.
 
 Stable while the user types on one line: the snippets depend only on the code near the
 cursor *outside* its line (the context's prefix up to the cursor's line and its suffix
-after it) and on the other files' state, and a request with all of those unchanged gets
+after it, and the file's names less those of the cursor's line) and on the other files' state, and a request with all of those unchanged gets
 the very same tuple back (memoized), so the prompt's stable part, which they lead, keeps
 its cache. Nothing the window already shows is picked (snippets come from other files only).
 Knows the index and the engine's types; knows nothing of tree-sitter trees, torch or LSP.
@@ -102,6 +106,8 @@ class CrossFileSources:
         self._costs: dict[tuple[int, bool, bool], tuple[Definition, int]] = {}
         """Rendered tokens per (id(definition), header only, with doc); the definition is kept with its
         cost (so its id is not reused while the entry lives): they outlive index generations."""
+        self._compact: dict[int, tuple[Definition, float]] = {}
+        """id(definition) -> (it, its one-line cost ** DENSITY), what the ranking divides by."""
 
     def snippets(self, path: str | None, language: str, context: InfillContext,
                  budget: int) -> tuple[CrossFileSnippet, ...]:
@@ -205,7 +211,7 @@ class CrossFileSources:
                     seen.add(second.path)
                     links.append((second, SECOND_HAND_WEIGHT))
         self._weights()
-        if len(links) < MAX_LINKED_FILES:  # the file's own folder: its package, imported or not
+        if len(links) < MAX_LINKED_FILES and language != "go":  # the file's own folder, imported or not
             for sibling in sorted(index.by_dir.get(directory, ())):
                 outline = index.files.get(sibling)
                 if sibling not in seen and outline is not None and outline.language == language \
@@ -293,8 +299,17 @@ class CrossFileSources:
                 items.append((member_score, order, file, member, definition))
         # Score per token (a square root of it: a long signature is worth more than a short one, not
         # in proportion): the budget buys the most likely definitions.
-        items.sort(key=lambda item: (-item[0] / self._cost_of(item[3], index.files[item[2]].language,
-                                                               item[4] is None, False) ** DENSITY, item[1]))
+        compact = self._compact
+        languages = {file: index.files[file].language for file in {item[2] for item in items}}
+
+        def density(item) -> tuple[float, int]:
+            entry = compact.get(id(item[3]))
+            if entry is None or entry[0] is not item[3]:
+                entry = compact[id(item[3])] = (item[3], self._cost_of(item[3], languages[item[2]], item[4] is None,
+                                                                       False) ** DENSITY)
+            return -item[0] / entry[1], item[1]
+
+        items.sort(key=density)
         # Signatures first, one line each (a type's or class's header alone): as many definitions as
         # fit; then, best first, what is left of the budget shows their fields and doc lines.
         chosen: dict[tuple[str, int], list] = {}  # (file, top start line) -> [top, score, members, whole, detail]
@@ -370,6 +385,7 @@ class CrossFileSources:
             self._totals.clear()
             if len(self._costs) > MAX_COSTS:
                 self._costs.clear()
+                self._compact.clear()
 
     def _similarity(self, definition: Definition, near: Counter[str]) -> float:
         """Shared words, rare ones weighing more, over the definition's own word weight (BM25's spirit)."""

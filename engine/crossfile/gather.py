@@ -469,9 +469,8 @@ def _enclosing_types(before: str, language: str, outlines: list) -> set[str]:
     pattern = _ENCLOSING.get(language)
     if pattern is None:
         return set()
-    last = None
-    for last in pattern.finditer(before):
-        pass
+    matches = list(pattern.finditer(before))
+    last = matches[-1] if matches else None
     if last is None or not last.group(1):
         return set()
     found = {last.group(1)}

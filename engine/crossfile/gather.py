@@ -458,7 +458,7 @@ def _render(definition: Definition, language: str, header_only: bool = False, wi
 _ENCLOSING = {
     "go": re.compile(r"^func\s*(?:\(\s*\w*\s*\*?\s*(\w+)[^)]*\))?", re.M),
     "python": re.compile(r"^(?:class\s+(\w+)\s*(?:\(([^)]*)\))?|(?:async\s+)?def\s)", re.M),
-    "javascript": re.compile(r"^(?:export\s+)?(?:default\s+)?(?:abstract\s+)?(?:class\s+(\w+)[^\n{]*?(?:extends\s+([\w.]+))?|function\s|const\s|let\s)", re.M),
+    "javascript": re.compile(r"^(?:export\s+)?(?:default\s+)?(?:abstract\s+)?(?:class\s+(\w+)(?:[^\n{]*?\bextends\s+([\w.]+))?|function\s|const\s|let\s)", re.M),
 }
 _ENCLOSING["typescript"] = _ENCLOSING["tsx"] = _ENCLOSING["javascript"]
 _BASES = re.compile(r"(?:class\s+\w+\s*\(([^)]*)\)|extends\s+([\w.]+))")

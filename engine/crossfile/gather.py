@@ -1,16 +1,20 @@
 """Picks the cross-file snippets one prompt shows, under their own token budget.
 
-Sources, in this order of the budget: definitions (what the file's imports and its own
-package resolve to, scored by the names and words of the code near the cursor: a name
-used there scores highest, then a name the file imports, then words shared with it, rare
-words weighing more; a class's members inherit part of its score, so the methods of a type
-used at the cursor come with it), the most similar window of each other open document of
-the same language, and recently edited or viewed ranges of other files. A definition is
-shown as its signature, docstring line and fields (outline.py), never its body.
+Sources, in this order of the budget: definitions (what the file's imports resolve to, every
+other file of a Go package, the file's own folder; scored by the names and words of the code
+near the cursor: a name used there scores high, then a name the file imports, words shared with
+it, rare words weighing more; members of the type the cursor's code belongs to and of its bases,
+and of types named near the cursor; names that other workspace files mention often; a name the
+file already mentions weighs a fifth, since the model sees it in use, while a name the file never
+mentions it cannot write without its definition), the most similar window of each other open
+document of the same language, and recently edited or viewed ranges of other files. Definitions
+are ranked by score per token (its square root) and packed as one-line signatures (a type or class
+as its header line) first; what is left of the budget then shows fields and doc lines, best first.
+Never a body.
 
 Stable while the user types on one line: the snippets depend only on the code near the
 cursor *outside* its line (the context's prefix up to the cursor's line and its suffix
-after it) and on the other files' state, and a request with all of those unchanged gets
+after it, and the file's names less those of the cursor's line) and on the other files' state, and a request with all of those unchanged gets
 the very same tuple back (memoized), so the prompt's stable part, which they lead, keeps
 its cache. Nothing the window already shows is picked (snippets come from other files only).
 Knows the index and the engine's types; knows nothing of tree-sitter trees, torch or LSP.
@@ -21,6 +25,7 @@ from __future__ import annotations
 import bisect
 import math
 import os
+import re
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 
@@ -50,8 +55,6 @@ IMPORTED_BONUS = 1.0
 """Score of a definition the file imports by name."""
 AFFINITY = 0.3
 """Score per name of its module (x2: of its type) that the code near the cursor uses, up to 5."""
-DOC_SCORE = 3.0
-"""Definitions scoring this much show their doc line too (the others: signatures alone, so more fit)."""
 LOCALITY = 0.4
 """Score of a definition right next to one the code near the cursor uses (less further away)."""
 LOCALITY_LINES = 60
@@ -59,12 +62,30 @@ LOCALITY_LINES = 60
 MAX_MISSES = 64
 """Definitions too big for what is left of the budget before the choice stops looking."""
 MAX_LINKED_FILES = 40
+MAX_GO_PACKAGE_FILES = 120
+"""Files of a Go package whose definitions compete (its files share one namespace)."""
+TEST_WEIGHT = 0.3
+"""Scores of a test file's definitions (code outside tests rarely calls them)."""
 """Files whose definitions compete for one prompt (the file's imports first, then theirs)."""
 SECOND_HAND_WEIGHT = 0.5
 """Scores of the definitions of a file that an imported file imports."""
+RECEIVER_BONUS = 1.5
+"""Score of a member of the type the cursor's code belongs to (or of one of its bases)."""
+NAMED_TYPE_BONUS = 0.75
+"""Score of a member of a type whose name the code near the cursor uses."""
+MENTIONED_WEIGHT = 0.2
+"""Scores of a definition whose name the file already mentions: the model sees it in use already,
+while a name the file never mentions it cannot write without its definition."""
+POPULARITY = 0.5
+"""Score per log of the other workspace files that mention a definition's name (what many files use,
+this one likely uses too)."""
+DENSITY = 0.5
+"""The choice ranks definitions by score / tokens ** DENSITY."""
 HEADER_TOKENS = 12
 """Tokens of a file's heading in the prompt ("From path:" and its fence)."""
 _MEMO_SIZE = 32
+MAX_COSTS = 200_000
+"""Remembered signature costs before they are forgotten (at an index change)."""
 
 
 class CrossFileSources:
@@ -82,7 +103,11 @@ class CrossFileSources:
         self._idf: dict[str, float] = {}
         self._totals: dict[int, float] = {}
         """id(definition) -> its words' total weight (the index keeps the definitions alive)."""
-        self._costs: dict[tuple[int, bool, bool], int] = {}
+        self._costs: dict[tuple[int, bool, bool], tuple[Definition, int]] = {}
+        """Rendered tokens per (id(definition), header only, with doc); the definition is kept with its
+        cost (so its id is not reused while the entry lives): they outlive index generations."""
+        self._compact: dict[int, tuple[Definition, float]] = {}
+        """id(definition) -> (it, its one-line cost ** DENSITY), what the ranking divides by."""
 
     def snippets(self, path: str | None, language: str, context: InfillContext,
                  budget: int) -> tuple[CrossFileSnippet, ...]:
@@ -102,7 +127,10 @@ class CrossFileSources:
         memo = self._memo.get(path)
         if memo is not None and memo[0] == key:
             return memo[1]
-        chosen = self._choose(path, language, before, after, others, recent, budget)
+        # The names of the file as the index has it (the editor's buffer), less those of the cursor's
+        # line (what is being typed there must not change the choice).
+        line = context.prefix[len(before):] + (context.suffix[:newline] if newline >= 0 else context.suffix)
+        chosen = self._choose(path, language, before, after, others, recent, budget, identifiers(line))
         self._memo[path] = (key, chosen)
         self._memo.move_to_end(path)
         while len(self._memo) > _MEMO_SIZE:
@@ -112,7 +140,7 @@ class CrossFileSources:
     # -- choosing --------------------------------------------------------------------------------
 
     def _choose(self, path: str, language: str, before: str, after: str, others: list[OpenFile],
-                recent: tuple, budget: int) -> tuple[CrossFileSnippet, ...]:
+                recent: tuple, budget: int, cursor_line: frozenset[str] = frozenset()) -> tuple[CrossFileSnippet, ...]:
         query = identifiers("\n".join(before.split("\n")[-WINDOW_QUERY_LINES:]))
         similar = self.windows.best(others, query) if others else []
         texts = {f.path: f.text for f in others}
@@ -121,7 +149,8 @@ class CrossFileSources:
         reserve_recent = int(budget * RECENT_SHARE) if recent_here else 0
         picked: list[CrossFileSnippet] = []
         shown: dict[str, list[tuple[int, int]]] = {}
-        spent = self._definitions(path, before, after, budget - reserve_open - reserve_recent, picked, shown)
+        spent = self._definitions(path, before, after, budget - reserve_open - reserve_recent, picked, shown,
+                                  cursor_line)
         left = budget - spent
         spent_open = 0
         for file, start, end, score in similar[:4]:
@@ -155,31 +184,40 @@ class CrossFileSources:
         return None
 
     def _definitions(self, path: str, before: str, after: str, budget: int, picked: list,
-                     shown: dict) -> int:
+                     shown: dict, cursor_line: frozenset[str] = frozenset()) -> int:
         index = self.index
         if index is None or budget <= 0 or path not in index.files:
             return 0
+        language = index.files[path].language
+        directory = os.path.dirname(path)
         links = [(link, 1.0) for link in self._resolved(path)]
+        seen = {path} | {link.path for link, _weight in links}
+        if language == "go":
+            # A Go package's files share one namespace: each is as good as an import (test files
+            # are another build unit, visible to tests only).
+            testing = path.endswith("_test.go")
+            for sibling in sorted(index.by_dir.get(directory, ())):
+                if sibling not in seen and (testing or not sibling.endswith("_test.go")) \
+                        and len(links) < MAX_GO_PACKAGE_FILES:
+                    seen.add(sibling)
+                    links.append((Link(sibling), 1.0))
         if not links:
             return 0
         # What the imported files import in turn (a base class's base, a re-exported name), weighed
         # down: the names near the cursor often belong to a type two imports away.
-        seen = {path} | {link.path for link, _weight in links}
         for link, _weight in list(links):
             for second in self._resolved(link.path):
                 if second.path not in seen and len(links) < MAX_LINKED_FILES:
                     seen.add(second.path)
                     links.append((second, SECOND_HAND_WEIGHT))
         self._weights()
-        if len(links) < MAX_LINKED_FILES:  # the file's own folder: its package, imported or not
-            directory = os.path.dirname(path)
-            language = index.files[path].language
+        if len(links) < MAX_LINKED_FILES and language != "go":  # the file's own folder, imported or not
             for sibling in sorted(index.by_dir.get(directory, ())):
                 outline = index.files.get(sibling)
                 if sibling not in seen and outline is not None and outline.language == language \
                         and len(links) < MAX_LINKED_FILES:
                     seen.add(sibling)
-                    links.append((Link(sibling), SIBLING_WEIGHT))
+                    links.append((Link(sibling), SIBLING_WEIGHT * (TEST_WEIGHT if _is_test(sibling) else 1.0)))
         near_names = Counter(identifiers(before + after))
         near_weight: Counter[str] = Counter()
         before_lines = before.split("\n")
@@ -197,6 +235,12 @@ class CrossFileSources:
             for definition in outline.definitions if outline is not None else ():
                 if definition.parent is not None and definition.name in near_names:
                     type_affinity[definition.parent] += 1
+        # The type the cursor's code is a member of (Go's receiver, the enclosing class) and its
+        # bases: `self.x()` / `t.x()` call members of these; then types named near the cursor
+        # (a parameter's type), whose members the code reaches through that parameter.
+        outlines = [index.files[link.path] for link, _weight in links if link.path in index.files]
+        receiver = _enclosing_types(before, language, outlines)
+        mentioned = (set(index.uses.get(path, ())) - cursor_line) | set(near_names)
         for link, weight in links:
             outline = index.files.get(link.path)
             if outline is None:
@@ -211,6 +255,9 @@ class CrossFileSources:
             anchors = sorted(d.start_line for d in outline.definitions if d.name in near_names)
             for definition in outline.definitions:
                 score = self._similarity(definition, near_weight) + used
+                users = index.users(definition.name) - 1
+                if users > 0 and definition.name not in mentioned:
+                    score += POPULARITY * math.log(1 + users)
                 if anchors:
                     score += LOCALITY * _closeness(anchors, definition.start_line)
                 if definition.name in near_names:
@@ -219,6 +266,12 @@ class CrossFileSources:
                     score += IMPORTED_BONUS
                 if definition.parent is not None:
                     score += 2 * AFFINITY * min(type_affinity[definition.parent], 5)
+                    if definition.parent in receiver:
+                        score += RECEIVER_BONUS
+                    elif definition.parent in near_names:
+                        score += NAMED_TYPE_BONUS
+                if definition.name in mentioned:
+                    score *= MENTIONED_WEIGHT
                 score *= weight
                 if definition.parent is None:
                     tops[definition.name] = (score, definition)
@@ -244,20 +297,34 @@ class CrossFileSources:
             items.append((score, order, file, definition, None))
             for member_score, member in group:
                 items.append((member_score, order, file, member, definition))
-        items.sort(key=lambda item: (-item[0], item[1]))
-        chosen: dict[tuple[str, int], list] = {}  # (file, top start line) -> [top, score, members]
+        # Score per token (a square root of it: a long signature is worth more than a short one, not
+        # in proportion): the budget buys the most likely definitions.
+        compact = self._compact
+        languages = {file: index.files[file].language for file in {item[2] for item in items}}
+
+        def density(item) -> tuple[float, int]:
+            entry = compact.get(id(item[3]))
+            if entry is None or entry[0] is not item[3]:
+                entry = compact[id(item[3])] = (item[3], self._cost_of(item[3], languages[item[2]], item[4] is None,
+                                                                       False) ** DENSITY)
+            return -item[0] / entry[1], item[1]
+
+        items.sort(key=density)
+        # Signatures first, one line each (a type's or class's header alone): as many definitions as
+        # fit; then, best first, what is left of the budget shows their fields and doc lines.
+        chosen: dict[tuple[str, int], list] = {}  # (file, top start line) -> [top, score, members, whole, detail]
         spent = misses = 0
         for score, _order, file, definition, parent in items:
             if score <= 0.05:
                 break
             top = parent or definition
             slot = chosen.get((file, top.start_line))
-            if slot is not None and (parent is None or any(m is definition for m, _ in slot[2])):
+            if slot is not None and (parent is None or any(m[0] is definition for m in slot[2])):
                 continue
             if _overlaps(shown, file, top.start_line, top.end_line) and slot is None:
                 continue
             language = index.files[file].language
-            cost = self._cost_of(definition, language, False, score >= DOC_SCORE)
+            cost = self._cost_of(definition, language, parent is None, False)
             if slot is None:
                 if parent is not None:
                     cost += self._cost_of(parent, language, True, False)
@@ -270,21 +337,42 @@ class CrossFileSources:
                 continue
             spent += cost
             if slot is None:
-                slot = chosen[(file, top.start_line)] = [top, score, [], parent is None]
+                slot = chosen[(file, top.start_line)] = [top, score, [], parent is None, False]
             if parent is not None:
-                slot[2].append((definition, score))
+                slot[2].append([definition, score, False])
+        details = []
+        for key, slot in chosen.items():
+            details.append((slot[1], key[0], slot, None))
+            for member in slot[2]:
+                details.append((member[1], key[0], slot, member))
+        details.sort(key=lambda d: -d[0])
+        for _score, file, slot, member in details:
+            language = index.files[file].language
+            if member is None:
+                top = slot[0]
+                extra = self._cost_of(top, language, bool(slot[2]) or not slot[3], True) \
+                    - self._cost_of(top, language, True, False)
+            else:
+                extra = self._cost_of(member[0], language, False, True) - self._cost_of(member[0], language, False, False)
+            if extra > 0 and spent + extra <= budget:
+                spent += extra
+                if member is None:
+                    slot[4] = True
+                else:
+                    member[2] = True
         by_file: dict[str, list] = {}
         for (file, _line), slot in chosen.items():
             by_file.setdefault(file, []).append(slot)
         for file in by_file:  # files in the order their best snippet was chosen
-            for top, score, members, whole in sorted(by_file[file], key=lambda s: s[0].start_line):
+            for top, score, members, whole, detail in sorted(by_file[file], key=lambda s: s[0].start_line):
                 language = index.files[file].language
-                # As budgeted: a type that came in for its members shows its header alone.
-                text = _render(top, language, header_only=not whole or bool(members),
-                               with_doc=whole and score >= DOC_SCORE)
+                # As budgeted: a type that came in for its members, or without room for its fields,
+                # shows its header alone.
+                text = _render(top, language, header_only=not (whole and detail) or bool(members),
+                               with_doc=detail)
                 if members:
-                    text += "\n" + "\n".join(_render(m, language, with_doc=member_score >= DOC_SCORE)
-                                              for m, member_score in sorted(members, key=lambda m: m[0].start_line))
+                    text += "\n" + "\n".join(_render(m, language, with_doc=with_doc)
+                                              for m, _member_score, with_doc in sorted(members, key=lambda m: m[0].start_line))
                 picked.append(self._snippet(file, top.start_line, top.end_line, "definition", round(score, 3), text))
                 shown.setdefault(file, []).append((top.start_line, top.end_line))
         return spent
@@ -295,7 +383,9 @@ class CrossFileSources:
             self._weights_generation = self.index.generation
             self._idf.clear()
             self._totals.clear()
-            self._costs.clear()
+            if len(self._costs) > MAX_COSTS:
+                self._costs.clear()
+                self._compact.clear()
 
     def _similarity(self, definition: Definition, near: Counter[str]) -> float:
         """Shared words, rare ones weighing more, over the definition's own word weight (BM25's spirit)."""
@@ -322,10 +412,10 @@ class CrossFileSources:
 
     def _cost_of(self, definition: Definition, language: str, header_only: bool, with_doc: bool) -> int:
         key = (id(definition), header_only, with_doc)
-        cost = self._costs.get(key)
-        if cost is None:
-            cost = self._costs[key] = _tokens(_render(definition, language, header_only, with_doc)) + 1
-        return cost
+        entry = self._costs.get(key)
+        if entry is None:
+            entry = self._costs[key] = (definition, _tokens(_render(definition, language, header_only, with_doc)) + 1)
+        return entry[1]
 
     def _resolved(self, path: str) -> list:
         index = self.index
@@ -363,6 +453,49 @@ def _render(definition: Definition, language: str, header_only: bool = False, wi
     if language == "python":
         return f'{signature.removesuffix(" ...")}\n{indent}    """{doc}"""'
     return f"{indent}{'--' if language == 'lua' else '//'} {doc}\n{signature}"
+
+
+_ENCLOSING = {
+    "go": re.compile(r"^func\s*(?:\(\s*\w*\s*\*?\s*(\w+)[^)]*\))?", re.M),
+    "python": re.compile(r"^(?:class\s+(\w+)\s*(?:\(([^)]*)\))?|(?:async\s+)?def\s)", re.M),
+    "javascript": re.compile(r"^(?:export\s+)?(?:default\s+)?(?:abstract\s+)?(?:class\s+(\w+)(?:[^\n{]*?\bextends\s+([\w.]+))?|function\s|const\s|let\s)", re.M),
+}
+_ENCLOSING["typescript"] = _ENCLOSING["tsx"] = _ENCLOSING["javascript"]
+_BASES = re.compile(r"(?:class\s+\w+\s*\(([^)]*)\)|extends\s+([\w.]+))")
+
+
+def _enclosing_types(before: str, language: str, outlines: list) -> set[str]:
+    """The type whose member the code before the cursor is in, with its bases found among `outlines`."""
+    pattern = _ENCLOSING.get(language)
+    if pattern is None:
+        return set()
+    matches = list(pattern.finditer(before))
+    last = matches[-1] if matches else None
+    if last is None or not last.group(1):
+        return set()
+    found = {last.group(1)}
+    bases = [b for b in (last.groups()[1:] if last.lastindex and last.lastindex > 1 else ()) if b]
+    names = [part.strip().split(".")[-1] for group in bases for part in group.split(",")]
+    classes = None
+    while names and len(found) < 8:
+        name = names.pop()
+        if not name or name in found or not name.isidentifier():
+            continue
+        found.add(name)
+        if classes is None:
+            classes = {d.name: d for outline in outlines for d in outline.definitions
+                       if d.parent is None and d.kind in ("class", "type")}
+        definition = classes.get(name)
+        match = _BASES.search(definition.signature.split("\n")[0]) if definition is not None else None
+        if match:
+            names.extend(part.strip().split(".")[-1] for part in (match.group(1) or match.group(2)).split(","))
+    return found
+
+
+def _is_test(path: str) -> bool:
+    name = os.path.basename(path)
+    return name.startswith("test_") or name.endswith(("_test.go", "_test.py")) or ".test." in name \
+        or ".spec." in name or f"{os.sep}tests{os.sep}" in path
 
 
 def _closeness(anchors: list[int], line: int) -> float:

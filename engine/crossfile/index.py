@@ -2,7 +2,7 @@
 
 Owns the outlines by absolute path, the lookup tables built from them (files per
 directory, Java classes, file names, how many definitions carry each word), the
-project files import resolution reads (go.mod, tsconfig.json, Cargo.toml roots) and the
+files that mention each identifier, the project files import resolution reads (go.mod, tsconfig.json, Cargo.toml roots) and the
 generations that tell a caller whether anything it used changed. Built a few files at a
 time by `build_step` (the language server runs it on its syntax worker while the client is
 quiet, so never on a keystroke's path), and kept current by `update` / `remove`. It never
@@ -17,12 +17,15 @@ import json
 import math
 import os
 import re
+import sys
 from collections import Counter
 from collections.abc import Callable
 
 from .files import Bounds, indexable_language, read_source, walk
 from .outline import Outline, read_outline
 
+_USE = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]{2,}")
+"""Identifiers of 3 characters or more: what counts as a file mentioning a name."""
 MAX_TRIES = 4
 """Parses of one file a keystroke may cut short; the next one runs to its end (one bounded wait)."""
 
@@ -40,6 +43,10 @@ class WorkspaceIndex:
         """File name -> paths (C/C++ includes are found by their tail)."""
         self.word_counts: Counter[str] = Counter()
         """Definitions that carry each word (retrieval weighs rare words up)."""
+        self.uses: dict[str, tuple[str, ...]] = {}
+        """Per file: the identifiers it mentions (interned, so shared across files)."""
+        self.use_counts: Counter[str] = Counter()
+        """Files that mention each identifier (a definition many files use is likely used again)."""
         self.generation = 0
         """Bumped by every change to the index."""
         self._generation_of: dict[str, int] = {}
@@ -67,6 +74,10 @@ class WorkspaceIndex:
     def generation_without(self, path: str) -> int:
         """Changes to every file but `path` (what a prompt for `path` depends on)."""
         return self.generation - self._generation_of.get(path, 0)
+
+    def users(self, name: str) -> int:
+        """How many indexed files mention `name` (its own file included)."""
+        return self.use_counts.get(name, 0)
 
     def idf(self, word: str) -> float:
         return math.log(1 + (len(self.files) + 1) / (1 + self.word_counts.get(word, 0)))
@@ -141,6 +152,7 @@ class WorkspaceIndex:
         self.by_dir.get(os.path.dirname(path), set()).discard(path)
         self.by_name.get(os.path.basename(path), set()).discard(path)
         self.word_counts.subtract(word for definition in outline.definitions for word in definition.words)
+        self.use_counts.subtract(self.uses.pop(path, ()))
         self._changed(path)
 
     def _store(self, path: str, text: str, should_stop: Callable[[], bool] | None = None) -> bool | None:
@@ -160,6 +172,9 @@ class WorkspaceIndex:
         self.by_dir.setdefault(os.path.dirname(path), set()).add(path)
         self.by_name.setdefault(os.path.basename(path), set()).add(path)
         self.word_counts.update(word for definition in outline.definitions for word in definition.words)
+        uses = tuple(sys.intern(name) for name in set(_USE.findall(text)))
+        self.uses[path] = uses
+        self.use_counts.update(uses)
         self._changed(path)
         return True
 

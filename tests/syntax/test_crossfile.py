@@ -110,10 +110,11 @@ def test_imports_resolve_to_workspace_files_in_each_language(tmp_path):
     assert linked("c/src/geo.c") == ["c/include/geo.h"]
 
 
-def _prepare(index, path: Path, text: str, offset: int, sources: CrossFileSources, budget: int = 512):
-    doc = SyntaxDocument(text, "python")
+def _prepare(index, path: Path, text: str, offset: int, sources: CrossFileSources, budget: int = 512,
+             language: str = "python"):
+    doc = SyntaxDocument(text, language)
     return prepare_infill(doc, offset, GenerationSettings(),
-                          cross_file=lambda context: sources.snippets(str(path), "python", context, budget))
+                          cross_file=lambda context: sources.snippets(str(path), language, context, budget))
 
 
 def test_the_definition_the_cursor_uses_reaches_the_prompt_without_its_body(tmp_path):
@@ -195,3 +196,59 @@ def test_a_build_stopped_at_every_check_still_finishes_and_keeps_its_bounds(tmp_
         assert rounds < 100, "the build never finishes"
     assert len(index) == 4 and str(tmp_path / "big.py") in index.files
     assert len(index.files[str(tmp_path / "big.py")].definitions) == 3000
+
+
+GO_SERVER = '''package web
+
+func (s *Server) Serve(addr string) error {
+	conn := s.listen(addr)
+	
+	return nil
+}
+'''
+GO_TYPES = '''package web
+
+// Server answers requests.
+type Server struct {
+	Addr    string
+	Handler func(string) string
+	Timeout int
+	Retries int
+	Verbose bool
+}
+
+func (s *Server) listen(addr string) string { return addr }
+
+// logf writes a line to the server's log.
+func (s *Server) logf(format string, args ...any) {}
+
+func (s *Server) shutdownConnections(force bool) int { return 0 }
+'''
+GO_HELPERS = '''package web
+
+func trimPort(addr string) string { return addr }
+'''
+GO_TESTS = '''package web
+
+func fakeServer() *Server { return nil }
+'''
+
+
+def test_a_go_package_is_one_namespace_and_a_tight_budget_buys_signatures_first(tmp_path):
+    write(tmp_path, {"go.mod": "module example.com/m\n", "web/server.go": GO_SERVER, "web/types.go": GO_TYPES,
+                     "web/helpers.go": GO_HELPERS, "web/server_test.go": GO_TESTS})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    path = tmp_path / "web" / "server.go"
+    offset = GO_SERVER.index("\t\n") + 1
+    tight = "\n".join(s.text for s in _prepare(index, path, GO_SERVER, offset, CrossFileSources(index),
+                                                budget=60, language="go").context.cross_file)
+    # Unimported files of the package come in (Go needs no import for them), test files stay out:
+    # a non-test file cannot call what they define.
+    assert "func (s *Server) shutdownConnections(force bool) int" in tight  # the receiver's other methods
+    assert "fakeServer" not in tight
+    assert "Timeout int" not in tight and "writes a line" not in tight  # no room: signatures alone
+    roomy = "\n".join(s.text for s in _prepare(index, path, GO_SERVER, offset, CrossFileSources(index),
+                                                budget=512, language="go").context.cross_file)
+    assert "func trimPort(addr string) string" in roomy and "writes a line" in roomy  # room left: doc lines
+    assert "fakeServer" not in roomy

@@ -408,7 +408,7 @@ def run_oracle(sources_dir: Path, *, files_per_language: int = 40, per_kind: int
     grammar (reported as `plaintext (<language>)`): the fallback's stops from brackets and indentation."""
     by_language: dict[str, list[SourceFile]] = defaultdict(list)
     for file in read_sources(sources_dir):
-        language = language_for_path(str(file.path))
+        language = file.language or language_for_path(str(file.path))
         if language == PLAINTEXT or language not in LANGUAGES:
             continue
         if languages and language not in languages:

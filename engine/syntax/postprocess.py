@@ -28,6 +28,8 @@ _IDENT = re.compile(r"\w")
 MAX_PLAIN_LINES = 8
 """Plain text's cap when the plan has none (planning gives 8)."""
 MAX_PLAIN_BODY_LINES = 32
+MAX_PLAIN_STATEMENT_LINES = 16
+"""Plain text on a blank line among siblings: capped as a grammar's statement hole is."""
 PLAIN_OPENERS = ("{", "(", "[")
 """What opens a body in plain text: brackets; not `:`, which ends prose lines (`Notes:`) as often."""
 """Plain text after an opener that ends the line: a body, capped as a grammar's block hole is."""
@@ -184,7 +186,7 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
                 if closes_outer and (kept or keyword_depth < 0):
                     break  # (a first line `else`/`rescue` is the answer: the cursor is where it goes)
             if plan.kind == "statement" and kept and depth == keywords_before == 0 \
-                    and _is_suffix_start(lines, index, suffix):
+                    and _is_suffix_start(lines, index, suffix, same_indent=language == "plaintext"):
                 while kept and (not kept[-1].strip() or _is_comment(kept[-1])):
                     kept.pop()  # the comment above the suffix's statement is the suffix's too
                 break
@@ -251,8 +253,11 @@ def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_l
                                      line_before, suffix, "plaintext"), 0
         return _finish_line(text, as_kind("line", indent), line_before, suffix), 0
     previous = next((line for line in reversed(prefix.split("\n")[-8:-1]) if line.strip()), "")
-    opened = previous.rstrip().endswith(PLAIN_OPENERS)
-    body = as_kind("statement", line_before, max_lines=MAX_PLAIN_BODY_LINES if opened else cap)
+    # A body's first line: after an opener, or indented deeper than the code line before it (the
+    # body of `if x:`, `then`, `do`: the editor indented it). Else statements among siblings,
+    # capped as a grammar's statement hole: the stops above end them, not the 8-line cap.
+    opened = previous.rstrip().endswith(PLAIN_OPENERS) or _indent_width(line_before) > _indent_width(previous)
+    body = as_kind("statement", line_before, max_lines=MAX_PLAIN_BODY_LINES if opened else MAX_PLAIN_STATEMENT_LINES)
     return _finish_lines(text, body, line_before, suffix, "plaintext"), 0
 
 
@@ -509,10 +514,16 @@ def _deeper_line_follows(suffix: str, line_before: str) -> bool:
     return False
 
 
-def _is_suffix_start(lines: list[str], index: int, suffix: str) -> bool:
+def _is_suffix_start(lines: list[str], index: int, suffix: str, same_indent: bool = False) -> bool:
     """Whether the text from `lines[index]` on starts as the suffix's next statement does: the
     model ran on into the code after the hole. Two lines must match when the text has two, and
-    a lone line must say something (a `}` or `/**` line is in every file, not the suffix's)."""
+    a lone line must say something (a `}` or `/**` line is in every file, not the suffix's).
+    `same_indent` (plain text, where no grammar says what a line closes): the line must also stand
+    at the suffix line's indentation (`\tend` in the answer is not the suffix's `end`)."""
+    if same_indent:
+        ahead_line = next((line for line in suffix.split("\n")[1:] if line.strip()), None)
+        if ahead_line is not None and _indent_width(ahead_line) != _indent_width(lines[index]):
+            return False
     rest = [line.strip() for line in lines[index:] if line.strip()]
     following = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][:len(rest)]
     if len(following) == len(rest) and rest[:-1] == following[:-1] and following[-1].startswith(rest[-1]) \

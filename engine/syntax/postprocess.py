@@ -81,7 +81,7 @@ def finish_text(raw: str, context: InfillContext, plan: HolePlan) -> FinishedTex
     if plan.kind == "expression":
         text, replace_chars = _finish_expression(text, plan, line_before, rest_of_line)
     elif plan.kind == "line":
-        text = _finish_line(text, plan, line_before, suffix)
+        text = _finish_line(text, plan, line_before, suffix, context.language)
     elif plan.kind in ("block", "statement"):
         text = _finish_lines(text, plan, line_before, suffix, context.language)
     else:
@@ -137,18 +137,18 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
     return head, 0
 
 
-def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str) -> str:
+def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str, language: str = "plaintext") -> str:
     if line_before.endswith((" ", "\t")):
         text = text.lstrip(" \t")
     if text.startswith("\n"):
         return ""
-    depth = _open_depth(line_before)
+    depth = _open_depth(bracket_view(language, line_before))
     lines = text.split("\n")
     kept: list[str] = []
     body_follows = _deeper_line_follows(suffix, line_before)
     for line in lines[: plan.max_lines or 1]:
         kept.append(line)
-        depth += _depth_change(line)
+        depth += _depth_change(bracket_view(language, line))
         if depth <= 0 or body_follows:
             # A bracket left open grows the line, unless what it opens is already in the suffix
             # (its next line is indented deeper than the cursor's): then the model ran on into it.
@@ -193,7 +193,8 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
             line_depth, dipped = _depth_walk(bracket_view(language, line), depth)
             if dipped:
                 # The line closes a bracket opened before the hole: the suffix has that closer.
-                cut = _cut_at_unmatched(bracket_view(language, line), depth)
+                # (Cut the line itself where its view is cut: the view blanks CSS's `#fff`.)
+                cut = line[:len(_cut_at_unmatched(bracket_view(language, line), depth))]
                 if cut.strip():
                     kept.append(cut.rstrip())
                 break

@@ -164,6 +164,13 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
         if first.strip() and first_unmatched_closer(first) is not None:
             # `{ delete p; }` on the header's own line: a one-line body, kept as written.
             return first.rstrip()
+        if first.strip() and _header_unfinished(language, line_before):
+            # `rescue |`, `def name|`, `Errno::|`: the answer's first line finishes the header
+            # line; a body, if the answer has one, follows on the next lines (not after a blank).
+            rest = text.split("\n", 1)[1] if "\n" in text else ""
+            if not rest.split("\n", 1)[0].strip():
+                return first.rstrip()
+            return first.rstrip() + _finish_lines("\n" + rest, plan, line_before + first, suffix, language)
     lines = text.split("\n")
     while lines and not lines[0].strip():
         lines.pop(0)
@@ -513,6 +520,27 @@ def _deeper_line_follows(suffix: str, line_before: str) -> bool:
         if line.strip():
             return _indent_width(line) > _indent_width(line_before)
     return False
+
+
+_WORD_BLOCK_LANGUAGES = frozenset({"ruby", "lua", "bash"})
+_COMPLETE_HEADER_WORDS = frozenset({"do", "then", "else", "begin", "ensure", "end", "in"})
+_ARGUMENT_WORDS = frozenset({"rescue", "when", "elsif", "elseif", "if", "unless", "while", "until", "def",
+                             "class", "module", "case", "for", "function", "local", "return"})
+_LAST_WORD = re.compile(r"(\w+)\s*$")
+
+
+def _header_unfinished(language: str, line_before: str) -> bool:
+    """Whether a block opener's line stops mid-way at the cursor (a language whose blocks open with
+    words): it ends in a name or an operator (`def mkintpath`, `Errno::`), not an opening word, or
+    in a space after a word that takes an argument (`rescue `)."""
+    if language not in _WORD_BLOCK_LANGUAGES:
+        return False
+    word = _LAST_WORD.search(line_before)
+    if line_before.endswith((" ", "\t")):
+        return word is not None and word.group(1) in _ARGUMENT_WORDS
+    if word is not None:
+        return word.group(1) not in _COMPLETE_HEADER_WORDS
+    return line_before.rstrip().endswith(("::", ".", ",", "(", "[", "=", "<"))
 
 
 def _is_suffix_start(lines: list[str], index: int, suffix: str, same_indent: bool = False) -> bool:

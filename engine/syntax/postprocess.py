@@ -147,8 +147,13 @@ def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str, langu
     kept: list[str] = []
     body_follows = _deeper_line_follows(suffix, line_before)
     for line in lines[: plan.max_lines or 1]:
+        if not kept:
+            # The first line read after the cursor's text: a quote opened before the cursor
+            # (`["|`) closes in it, and its brackets count outside that string.
+            depth = _open_depth(bracket_view(language, line_before + line))
+        else:
+            depth += _depth_change(bracket_view(language, line))
         kept.append(line)
-        depth += _depth_change(bracket_view(language, line))
         if depth <= 0 or body_follows:
             # A bracket left open grows the line, unless what it opens is already in the suffix
             # (its next line is indented deeper than the cursor's): then the model ran on into it.

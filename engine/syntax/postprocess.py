@@ -118,6 +118,8 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
         return text, 0
     if closer in CLOSERS:
         stop = first_unmatched_closer(text)
+        if stop is None:
+            stop = _first_closer_after(line_before, text)  # `['a', '|]`: the cursor in a quote
     else:
         stop = _first_unescaped(text, closer)
     newline = text.find("\n")
@@ -171,9 +173,10 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
             return first.rstrip()
         if first.strip() and _header_unfinished(language, line_before):
             # `rescue |`, `def name|`, `Errno::|`: the answer's first line finishes the header
-            # line; a body, if the answer has one, follows on the next lines (not after a blank).
+            # line; a body, if the answer has one, follows on the next lines (not after a blank,
+            # and not where the suffix has the body already: a statement plan).
             rest = text.split("\n", 1)[1] if "\n" in text else ""
-            if not rest.split("\n", 1)[0].strip():
+            if plan.kind == "statement" or not rest.split("\n", 1)[0].strip():
                 return first.rstrip()
             return first.rstrip() + _finish_lines("\n" + rest, plan, line_before + first, suffix, language)
     lines = text.split("\n")
@@ -342,6 +345,22 @@ def _depth_change(text: str) -> int:
         elif c in CLOSERS:
             depth -= 1
     return depth
+
+
+def _first_closer_after(line_before: str, text: str) -> int | None:
+    """The first closer in `text` that closes nothing `text` opens, reading `text` after the
+    cursor's line (a quote opened before the cursor closes in `text`)."""
+    depth = 0
+    for i, c in code_chars(line_before + text):
+        if i < len(line_before):
+            continue
+        if c in OPENERS:
+            depth += 1
+        elif c in CLOSERS:
+            if depth == 0:
+                return i - len(line_before)
+            depth -= 1
+    return None
 
 
 def _open_depth(text: str) -> int:

@@ -247,9 +247,11 @@ def _statement_pools(doc: SyntaxDocument) -> tuple[list[Hole], list[Hole], list[
     return statements, runs, blocks
 
 
-_NOT_STATEMENTS = frozenset({"start_tag", "end_tag"})
+_NOT_STATEMENTS = frozenset({"start_tag", "end_tag", "elif_clause", "else_clause", "rescue", "else", "elsif",
+                             "ensure"})
 """Children of a statement-holding node that are its delimiters, not statements: an HTML element's
-tags (like a brace language's `{` and `}`, which are no named children)."""
+tags, Bash's `elif`/`else` clauses, Ruby's `rescue`/`else`/`elsif`/`ensure` (like a brace
+language's `}` and `else`, which no statement hole there can take either)."""
 
 
 def _whole_lines(doc: SyntaxDocument, node) -> tuple[int | None, int | None]:

@@ -200,7 +200,7 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
                 keyword_depth, closes_outer = walk_words(line, keyword_depth)
                 if closes_outer and (kept or keyword_depth < 0):
                     break  # (a first line `else`/`rescue` is the answer: the cursor is where it goes)
-            if plan.kind == "statement" and kept and depth == keywords_before == 0 \
+            if plan.kind in ("statement", "block") and kept and depth == keywords_before == 0 \
                     and _is_suffix_start(lines, index, suffix, same_indent=language == "plaintext"):
                 while kept and (not kept[-1].strip() or _is_comment(kept[-1])):
                     kept.pop()  # the comment above the suffix's statement is the suffix's too

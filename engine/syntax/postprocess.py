@@ -283,8 +283,6 @@ def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_l
 def _strip_repeated_prefix(text: str, prefix: str, line_before: str) -> str:
     """Drop a copy of the cursor line's prefix, or of the last lines before it, at the text's start."""
     stripped_before = line_before.strip()
-    if stripped_before in OPENERS:
-        return text  # `[|` + `[bin]]`: a doubled opener (`[[`, `((`, `{{`) is the answer's own
     if stripped_before:
         if text.startswith(line_before):
             return text[len(line_before):]

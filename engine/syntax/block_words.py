@@ -75,7 +75,7 @@ def bash_depth_walk(line: str, depth: int) -> tuple[int, bool]:
     code = _code_only(bracket_view("bash", line))
     if _is_case_pattern(line):
         depth += 1
-    for end in _BASH_ITEM_END.finditer(code):
+    for _ in _BASH_ITEM_END.finditer(code):
         depth -= 1
         if depth < 0:
             return depth, True

@@ -224,7 +224,7 @@ def _statement_pools(doc: SyntaxDocument) -> tuple[list[Hole], list[Hole], list[
         stack.extend(node.named_children)
         if node.type not in types or node.has_error:
             continue
-        children = [c for c in node.named_children if "comment" not in c.type]
+        children = [c for c in node.named_children if "comment" not in c.type and c.type not in _NOT_STATEMENTS]
         whole = [(c, *_whole_lines(doc, c)) for c in children]
         spans = [(s, e) for _, s, e in whole if s is not None]
         if len(children) >= 2:
@@ -247,10 +247,20 @@ def _statement_pools(doc: SyntaxDocument) -> tuple[list[Hole], list[Hole], list[
     return statements, runs, blocks
 
 
+_NOT_STATEMENTS = frozenset({"start_tag", "end_tag", "elif_clause", "else_clause", "rescue", "else", "elsif",
+                             "ensure"})
+"""Children of a statement-holding node that are its delimiters, not statements: an HTML element's
+tags, Bash's `elif`/`else` clauses, Ruby's `rescue`/`else`/`elsif`/`ensure` (like a brace
+language's `}` and `else`, which no statement hole there can take either)."""
+
+
 def _whole_lines(doc: SyntaxDocument, node) -> tuple[int | None, int | None]:
-    """(node start, end of its last line) when the node starts its line and nothing follows it there."""
+    """(node start, end of its last line) when the node starts its line and nothing follows it there.
+    A node whose span takes its last line's end (YAML's mappings) ends before it: the hole keeps
+    the file's last line end, as an editor's does."""
     text = doc.text
     start, end = doc.node_span(node)
+    end = start + len(text[start:end].rstrip("\r\n"))
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
     line_end = len(text) if line_end < 0 else line_end
@@ -408,7 +418,7 @@ def run_oracle(sources_dir: Path, *, files_per_language: int = 40, per_kind: int
     grammar (reported as `plaintext (<language>)`): the fallback's stops from brackets and indentation."""
     by_language: dict[str, list[SourceFile]] = defaultdict(list)
     for file in read_sources(sources_dir):
-        language = language_for_path(str(file.path))
+        language = file.language or language_for_path(str(file.path))
         if language == PLAINTEXT or language not in LANGUAGES:
             continue
         if languages and language not in languages:

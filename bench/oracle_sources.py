@@ -11,9 +11,10 @@ another one, e.g. tests/data/oracle, the small committed sample `make test` runs
 
 A source folder needs only its `source.json`:
     {"name": ..., "origin": "...", "licence": "...", "root": "." or an absolute path,
-     "include": ["glob", ...]}
-Each file's language comes from its extension (`languages.language_for_path`), so a grammar
-added to LANGUAGES is covered by adding a source whose globs match its files.
+     "include": ["glob", ...], "language": optional}
+Each file's language comes from its extension (`languages.language_for_path`), or from the
+source's "language" where the files' names carry none (bash-completion's scripts), so a
+grammar added to LANGUAGES is covered by adding a source whose globs match its files.
 
 Needs apt-get (run `apt-get update` once first), npm and pip on PATH for the sources that use
 them; a source whose client is missing is skipped with a message. Knows nothing of holes.
@@ -48,6 +49,9 @@ class Source:
     exclude: tuple[str, ...] = field(default=())
     inner_zip: str | None = None
     """A zip inside the package that holds the sources (OpenJDK's src.zip), relative to it."""
+    language: str | None = None
+    """Every file's language, for files whose names carry none (bash-completion's scripts);
+    None: from each file's extension."""
 
 
 SOURCES: tuple[Source, ...] = (
@@ -78,6 +82,27 @@ SOURCES: tuple[Source, ...] = (
     Source("greenlet", "pip", "greenlet==3.5.6", "MIT", ("greenlet-*/src/greenlet/*.cpp",)),
     Source("neovim-runtime", "apt", "neovim-runtime", "Apache-2.0 (runtime/lua)",
            ("usr/share/nvim/runtime/lua/**/*.lua",)),
+    # The grammars added in issue 29 (C#, Ruby, PHP, Kotlin, Swift, Bash, JSON, YAML, TOML, HTML, CSS).
+    Source("pythonnet", "pip", "pythonnet==3.2.1", "MIT", ("pythonnet-*/src/runtime/**/*.cs",)),
+    Source("libruby", "apt", "libruby3.1", "Ruby OR BSD-2-Clause",
+           ("usr/lib/ruby/3.1.0/*.rb", "usr/lib/ruby/3.1.0/net/*.rb", "usr/lib/ruby/3.1.0/uri/*.rb",
+            "usr/lib/ruby/3.1.0/optparse/*.rb", "usr/lib/ruby/3.1.0/rubygems/*.rb")),
+    Source("php-monolog", "apt", "php-monolog", "MIT", ("usr/share/php/Monolog/**/*.php",)),
+    Source("php-twig", "apt", "php-twig", "BSD-3-Clause", ("usr/share/php/Twig/**/*.php",)),
+    Source("expo-modules-core", "npm", "expo-modules-core@2.5.0", "MIT",
+           ("package/android/src/main/java/**/*.kt", "package/ios/Core/**/*.swift", "package/ios/Api/**/*.swift")),
+    Source("bash-completion", "apt", "bash-completion", "GPL-2.0-or-later",
+           ("usr/share/bash-completion/completions/*", "usr/share/bash-completion/bash_completion"),
+           language="bash"),
+    Source("ajv-json-schemas", "npm", "ajv@8.20.0", "MIT", ("package/lib/refs/**/*.json",)),
+    Source("ruby-faker-locales", "apt", "ruby-faker", "MIT",
+           ("usr/share/rubygems-integration/all/gems/faker-*/lib/locales/**/*.yml",)),
+    Source("rust-src-cargo-toml", "apt", "rust-src", "MIT OR Apache-2.0",
+           ("usr/src/rustc-*/**/Cargo.toml", "usr/src/rustc-*/config.toml.example")),
+    Source("bootstrap5-examples", "apt", "libjs-bootstrap5-doc", "MIT (Bootstrap's documentation examples)",
+           ("usr/share/doc/libjs-bootstrap5/examples/*/index.html",)),
+    Source("codemirror5-css", "npm", "codemirror@5.65.21", "MIT", ("package/theme/*.css", "package/lib/*.css",
+                                                                    "package/addon/**/*.css")),
 )
 
 
@@ -101,6 +126,8 @@ def fetch(sources_dir: Path, only: set[str] | None = None, log=lambda s: sys.std
             continue
         manifest = {"name": source.name, "origin": origin, "licence": source.licence, "root": root,
                     "include": list(source.include), "exclude": list(source.exclude)}
+        if source.language:
+            manifest["language"] = source.language
         (target / "source.json").write_text(json.dumps(manifest, indent=2) + "\n")
         log(f"oracle sources: {source.name} from {origin}")
     return failed
@@ -166,7 +193,7 @@ def matching_files(root: Path, include, exclude=()) -> list[Path]:
     """Files under `root` matching any of the globs in `include` and none in `exclude`, sorted."""
     found: set[Path] = set()
     for pattern in include:
-        found.update(p for p in root.glob(pattern) if p.is_file())
+        found.update(p for p in root.glob(pattern) if p.is_file() and not p.is_symlink())
     return sorted(p for p in found if not any(p.relative_to(root).match(g) for g in exclude))
 
 
@@ -177,6 +204,8 @@ class SourceFile:
     """The source.json's name."""
     origin: str
     licence: str
+    language: str | None = None
+    """The source.json's language for every file, or None: from the file's extension."""
 
 
 def read_sources(sources_dir: Path) -> list[SourceFile]:
@@ -186,5 +215,6 @@ def read_sources(sources_dir: Path) -> list[SourceFile]:
         manifest = json.loads(manifest_path.read_text())
         root = manifest_path.parent / manifest.get("root", ".")
         for path in matching_files(root, manifest["include"], manifest.get("exclude", ())):
-            files.append(SourceFile(path, manifest["name"], manifest["origin"], manifest["licence"]))
+            files.append(SourceFile(path, manifest["name"], manifest["origin"], manifest["licence"],
+                                    manifest.get("language")))
     return files

@@ -66,8 +66,19 @@ _BASH_WORD = re.compile(r"(?<![\w$-])(if|fi|case|esac|for|while|until|do|done|el
 _BASH_COMMAND_START = re.compile(r"(^|[;&|(]|\bthen|\bdo|\belse|\{)\s*$")
 
 
+_BASH_ITEM_END = re.compile(r";;&?|;&")
+
+
 def bash_depth_walk(line: str, depth: int) -> tuple[int, bool]:
+    """Reserved words, and case items: a pattern line (`--host)`) opens one, its `;;` closes it;
+    a `;;` that closes none ends the case item the hole is in (the suffix has it)."""
     code = _code_only(bracket_view("bash", line))
+    if _is_case_pattern(line):
+        depth += 1
+    for _ in _BASH_ITEM_END.finditer(code):
+        depth -= 1
+        if depth < 0:
+            return depth, True
     for match in _BASH_WORD.finditer(code):
         word = match.group(1)
         if not _BASH_COMMAND_START.search(code[: match.start()]):
@@ -128,11 +139,20 @@ def answer_opens(language: str, lines: list[str]) -> bool | None:
             return False
         return None
     walk = block_end_walker(language)
+    if language == "bash" and _is_case_pattern(lines[0]):
+        return None  # a case item's body keeps the answer's own indentation
     return True if walk is not None and walk(lines[0], 0)[0] > 0 else None
 
 
-_BASH_CASE_PATTERN = re.compile(r"^\s*\(?[^()\s;][^();]*\)")
-"""`--host|-H)` / `*)`: a case item's pattern; its `)` closes no bracket."""
+_EXTGLOB = re.compile(r"[?*+@!]\([^()]*\)")
+_BASH_CASE_PATTERN = re.compile(r"^\s*\(?(?:[^()\s;]|[?*+@!]\([^()]*\))(?:[^();]|[?*+@!]\([^()]*\))*\)")
+"""`--host|-H)` / `*)` / `-!(-*)[vh])`: a case item's pattern (extglob groups in it); its last `)`
+closes no bracket."""
+def _is_case_pattern(line: str) -> bool:
+    match = _BASH_CASE_PATTERN.match(line)
+    return match is not None and "(" not in _EXTGLOB.sub("", match.group(0)).lstrip()[1:]
+
+
 _NO_DASH_COMMENTS = frozenset({"bash", "css", "csharp", "php", "kotlin", "swift", "scala", "ruby"})
 """Languages where `--` is an operator, a flag or a custom property, never a comment."""
 _HASH_IN_WORD = re.compile(r"(?<=\S)#")
@@ -147,7 +167,7 @@ def bracket_view(language: str, line: str) -> str:
     if language == "bash":
         line = _HASH_IN_WORD.sub(" ", line)
         match = _BASH_CASE_PATTERN.match(line)
-        if match is not None and "(" not in match.group(0).lstrip()[1:]:
+        if _is_case_pattern(line):
             line = line[: match.end() - 1] + " " + line[match.end():]
     elif language == "css":
         line = line.replace("#", " ").replace("//", "  ")

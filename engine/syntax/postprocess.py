@@ -28,6 +28,8 @@ _IDENT = re.compile(r"\w")
 MAX_PLAIN_LINES = 8
 """Plain text's cap when the plan has none (planning gives 8)."""
 MAX_PLAIN_BODY_LINES = 32
+MAX_PLAIN_STATEMENT_LINES = 16
+"""Plain text on a blank line among siblings: capped as a grammar's statement hole is."""
 PLAIN_OPENERS = ("{", "(", "[")
 """What opens a body in plain text: brackets; not `:`, which ends prose lines (`Notes:`) as often."""
 """Plain text after an opener that ends the line: a body, capped as a grammar's block hole is."""
@@ -79,7 +81,7 @@ def finish_text(raw: str, context: InfillContext, plan: HolePlan) -> FinishedTex
     if plan.kind == "expression":
         text, replace_chars = _finish_expression(text, plan, line_before, rest_of_line)
     elif plan.kind == "line":
-        text = _finish_line(text, plan, line_before, suffix)
+        text = _finish_line(text, plan, line_before, suffix, context.language)
     elif plan.kind in ("block", "statement"):
         text = _finish_lines(text, plan, line_before, suffix, context.language)
     else:
@@ -116,6 +118,8 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
         return text, 0
     if closer in CLOSERS:
         stop = first_unmatched_closer(text)
+        if stop is None:
+            stop = _first_closer_after(line_before, text)  # `['a', '|]`: the cursor in a quote
     else:
         stop = _first_unescaped(text, closer)
     newline = text.find("\n")
@@ -135,18 +139,23 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
     return head, 0
 
 
-def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str) -> str:
+def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str, language: str = "plaintext") -> str:
     if line_before.endswith((" ", "\t")):
         text = text.lstrip(" \t")
     if text.startswith("\n"):
         return ""
-    depth = _open_depth(line_before)
+    depth = _open_depth(bracket_view(language, line_before))
     lines = text.split("\n")
     kept: list[str] = []
     body_follows = _deeper_line_follows(suffix, line_before)
     for line in lines[: plan.max_lines or 1]:
+        if not kept:
+            # The first line read after the cursor's text: a quote opened before the cursor
+            # (`["|`) closes in it, and its brackets count outside that string.
+            depth = _open_depth(bracket_view(language, line_before + line))
+        else:
+            depth += _depth_change(bracket_view(language, line))
         kept.append(line)
-        depth += _depth_change(line)
         if depth <= 0 or body_follows:
             # A bracket left open grows the line, unless what it opens is already in the suffix
             # (its next line is indented deeper than the cursor's): then the model ran on into it.
@@ -162,6 +171,14 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
         if first.strip() and first_unmatched_closer(first) is not None:
             # `{ delete p; }` on the header's own line: a one-line body, kept as written.
             return first.rstrip()
+        if first.strip() and _header_unfinished(language, line_before):
+            # `rescue |`, `def name|`, `Errno::|`: the answer's first line finishes the header
+            # line; a body, if the answer has one, follows on the next lines (not after a blank,
+            # and not where the suffix has the body already: a statement plan).
+            rest = text.split("\n", 1)[1] if "\n" in text else ""
+            if plan.kind == "statement" or not rest.split("\n", 1)[0].strip():
+                return first.rstrip()
+            return first.rstrip() + _finish_lines("\n" + rest, plan, line_before + first, suffix, language)
     lines = text.split("\n")
     while lines and not lines[0].strip():
         lines.pop(0)
@@ -183,15 +200,16 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
                 keyword_depth, closes_outer = walk_words(line, keyword_depth)
                 if closes_outer and (kept or keyword_depth < 0):
                     break  # (a first line `else`/`rescue` is the answer: the cursor is where it goes)
-            if plan.kind == "statement" and kept and depth == keywords_before == 0 \
-                    and _is_suffix_start(lines, index, suffix):
+            if plan.kind in ("statement", "block") and kept and depth == keywords_before == 0 \
+                    and _is_suffix_start(lines, index, suffix, same_indent=language == "plaintext"):
                 while kept and (not kept[-1].strip() or _is_comment(kept[-1])):
                     kept.pop()  # the comment above the suffix's statement is the suffix's too
                 break
             line_depth, dipped = _depth_walk(bracket_view(language, line), depth)
             if dipped:
                 # The line closes a bracket opened before the hole: the suffix has that closer.
-                cut = _cut_at_unmatched(bracket_view(language, line), depth)
+                # (Cut the line itself where its view is cut: the view blanks CSS's `#fff`.)
+                cut = line[:len(_cut_at_unmatched(bracket_view(language, line), depth))]
                 if cut.strip():
                     kept.append(cut.rstrip())
                 break
@@ -251,8 +269,11 @@ def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_l
                                      line_before, suffix, "plaintext"), 0
         return _finish_line(text, as_kind("line", indent), line_before, suffix), 0
     previous = next((line for line in reversed(prefix.split("\n")[-8:-1]) if line.strip()), "")
-    opened = previous.rstrip().endswith(PLAIN_OPENERS)
-    body = as_kind("statement", line_before, max_lines=MAX_PLAIN_BODY_LINES if opened else cap)
+    # A body's first line: after an opener, or indented deeper than the code line before it (the
+    # body of `if x:`, `then`, `do`: the editor indented it). Else statements among siblings,
+    # capped as a grammar's statement hole: the stops above end them, not the 8-line cap.
+    opened = previous.rstrip().endswith(PLAIN_OPENERS) or _indent_width(line_before) > _indent_width(previous)
+    body = as_kind("statement", line_before, max_lines=MAX_PLAIN_BODY_LINES if opened else MAX_PLAIN_STATEMENT_LINES)
     return _finish_lines(text, body, line_before, suffix, "plaintext"), 0
 
 
@@ -324,6 +345,22 @@ def _depth_change(text: str) -> int:
         elif c in CLOSERS:
             depth -= 1
     return depth
+
+
+def _first_closer_after(line_before: str, text: str) -> int | None:
+    """The first closer in `text` that closes nothing `text` opens, reading `text` after the
+    cursor's line (a quote opened before the cursor closes in `text`)."""
+    depth = 0
+    for i, c in code_chars(line_before + text):
+        if i < len(line_before):
+            continue
+        if c in OPENERS:
+            depth += 1
+        elif c in CLOSERS:
+            if depth == 0:
+                return i - len(line_before)
+            depth -= 1
+    return None
 
 
 def _open_depth(text: str) -> int:
@@ -509,10 +546,37 @@ def _deeper_line_follows(suffix: str, line_before: str) -> bool:
     return False
 
 
-def _is_suffix_start(lines: list[str], index: int, suffix: str) -> bool:
+_WORD_BLOCK_LANGUAGES = frozenset({"ruby", "lua", "bash"})
+_COMPLETE_HEADER_WORDS = frozenset({"do", "then", "else", "begin", "ensure", "end", "in"})
+_ARGUMENT_WORDS = frozenset({"rescue", "when", "elsif", "elseif", "if", "unless", "while", "until", "def",
+                             "class", "module", "case", "for", "function", "local", "return"})
+_LAST_WORD = re.compile(r"(\w+)\s*$")
+
+
+def _header_unfinished(language: str, line_before: str) -> bool:
+    """Whether a block opener's line stops mid-way at the cursor (a language whose blocks open with
+    words): it ends in a name or an operator (`def mkintpath`, `Errno::`), not an opening word, or
+    in a space after a word that takes an argument (`rescue `)."""
+    if language not in _WORD_BLOCK_LANGUAGES:
+        return False
+    word = _LAST_WORD.search(line_before)
+    if line_before.endswith((" ", "\t")):
+        return word is not None and word.group(1) in _ARGUMENT_WORDS
+    if word is not None:
+        return word.group(1) not in _COMPLETE_HEADER_WORDS
+    return line_before.rstrip().endswith(("::", ".", ",", "(", "[", "=", "<"))
+
+
+def _is_suffix_start(lines: list[str], index: int, suffix: str, same_indent: bool = False) -> bool:
     """Whether the text from `lines[index]` on starts as the suffix's next statement does: the
     model ran on into the code after the hole. Two lines must match when the text has two, and
-    a lone line must say something (a `}` or `/**` line is in every file, not the suffix's)."""
+    a lone line must say something (a `}` or `/**` line is in every file, not the suffix's).
+    `same_indent` (plain text, where no grammar says what a line closes): the line must also stand
+    at the suffix line's indentation (`\tend` in the answer is not the suffix's `end`)."""
+    if same_indent:
+        ahead_line = next((line for line in suffix.split("\n")[1:] if line.strip()), None)
+        if ahead_line is not None and _indent_width(ahead_line) != _indent_width(lines[index]):
+            return False
     rest = [line.strip() for line in lines[index:] if line.strip()]
     following = [line.strip() for line in suffix.split("\n")[1:] if line.strip()][:len(rest)]
     if len(following) == len(rest) and rest[:-1] == following[:-1] and following[-1].startswith(rest[-1]) \

@@ -8,7 +8,8 @@ from pathlib import Path
 from dgemma_lsp.bench.oracle import TARGETS, Hole, answers, rebuilds, run_oracle, summary
 
 SAMPLE = Path(__file__).parents[1] / "data" / "oracle"
-SAMPLED = ("c", "cpp", "go", "java", "javascript", "lua", "python", "rust", "tsx", "typescript")
+SAMPLED = ("c", "cpp", "go", "java", "javascript", "lua", "python", "rust", "tsx", "typescript",
+           "csharp", "ruby", "php", "json", "css")
 
 
 def test_the_committed_sample_meets_the_targets_in_every_language():

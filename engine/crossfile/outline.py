@@ -17,6 +17,7 @@ from collections.abc import Callable
 import msgspec
 import tree_sitter
 
+from ..syntax.document import parse_in_chunks
 from ..syntax.languages import parser_for
 
 MAX_SIGNATURE_LINES = 3
@@ -100,11 +101,8 @@ def read_outline(text: str, language: str, should_stop: Callable[[], bool] | Non
     source = text.encode("utf-8")
     if should_stop is None:
         return outline_of_tree(parser.parse(source), source, language)
-    def read(byte: int, _point) -> bytes:  # a callback source: tree-sitter ignores progress on bytes
-        return source[byte:byte + 16384]
-
-    try:
-        tree = parser.parse(read, progress_callback=lambda _offset, _error: should_stop())
+    try:  # a callback source: tree-sitter ignores progress on bytes
+        tree = parse_in_chunks(parser, source, progress=lambda _offset, _error: should_stop())
     except ValueError:  # py-tree-sitter's answer to a cancelled parse
         parser.reset()
         return None

@@ -32,6 +32,8 @@ Knows nothing of cursors, holes, tokens or LSP.
 from __future__ import annotations
 
 import bisect
+import ctypes
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +54,55 @@ OFFSET_CHUNK = 4096
 _READ_CHUNK = 1 << 14
 """Bytes handed to tree-sitter per read callback. A bytes copy, not a memoryview slice:
 `Node.text` of a tree read from memoryviews crashes py-tree-sitter 0.26 (issue #435)."""
+
+
+_Py_DecRef = ctypes.pythonapi.Py_DecRef
+_Py_DecRef.argtypes, _Py_DecRef.restype = [ctypes.py_object], None
+
+
+def parse_in_chunks(
+    parser: tree_sitter.Parser,
+    source: bytes,
+    old_tree: tree_sitter.Tree | None = None,
+    progress: Callable[[int, bool], bool] | None = None,
+) -> tree_sitter.Tree:
+    """`parser.parse` reading `source` through a callback, as tree-sitter needs for `progress`
+    (called every few hundred bytes; True stops the parse: ValueError), without the leak.
+
+    py-tree-sitter 0.26.1 keeps one reference too many to every bytes object a read callback
+    returns: each parse left its whole source behind, chunk by chunk (`bench soak`: +40 KB per
+    document, for good; bench/RESULTS.md). Each chunk is therefore a fresh copy that only this
+    function holds, and once the binding is done with it (at the next read, or when the parse
+    returns) a reference beyond ours is the leaked one and is given back. A binding without
+    the leak leaves none, and then nothing is touched. (Chunks of 0 or 1 byte are the
+    interpreter's shared singletons: never counted, never released.)"""
+    view = memoryview(source)
+    handed: list[bytes] = []
+    parsing = True
+
+    def read(byte: int, _point) -> bytes:
+        _release_leaked(handed)  # the binding let go of the previous chunk before this call
+        chunk = view[byte:byte + _READ_CHUNK].tobytes()  # a bytes copy: see _READ_CHUNK
+        if parsing and len(chunk) > 1:
+            handed.append(chunk)
+        return chunk
+
+    try:
+        options: dict[str, Any] = {} if progress is None else {"progress_callback": progress}
+        if old_tree is None:  # py-tree-sitter refuses an explicit None here
+            return parser.parse(read, **options)
+        return parser.parse(read, old_tree, **options)
+    finally:
+        parsing = False  # `Node.text` reads through `read` later: nothing of that is counted
+        _release_leaked(handed)
+
+
+def _release_leaked(handed: list[bytes]) -> None:
+    while handed:
+        chunk = handed.pop()
+        if sys.getrefcount(chunk) > 2:  # `chunk` and getrefcount's argument; a third is the leak
+            _Py_DecRef(chunk)
+        del chunk
 
 
 class ParseAborted(Exception):
@@ -214,11 +265,7 @@ class SyntaxDocument:
         every few hundred bytes, which is where the interpreter hands the GIL to a thread
         that asked for it (after `sys.getswitchinterval()`): a long parse on a worker
         thread does not stall an event loop for longer than that."""
-        source = self.source
         clock = self.clock
-
-        def read(byte: int, _point) -> bytes:
-            return source[byte:byte + _READ_CHUNK]
 
         def progress(_offset: int, _has_error: bool) -> bool:
             if deadline is not None and clock() > deadline:
@@ -226,9 +273,7 @@ class SyntaxDocument:
             return should_stop is not None and should_stop()
 
         try:
-            if old_tree is None:  # py-tree-sitter refuses an explicit None here
-                return parser.parse(read, progress_callback=progress)
-            return parser.parse(read, old_tree, progress_callback=progress)
+            return parse_in_chunks(parser, self.source, old_tree, progress)
         except ValueError:  # py-tree-sitter's answer to a cancelled parse: "Parsing failed"
             parser.reset()  # the next parse starts afresh, not from the abandoned state
             raise ParseAborted from None

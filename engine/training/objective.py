@@ -105,11 +105,14 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
 
     # Encoder: the clean prompt, causal; positions count real tokens only (left padding).
     positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)  # [B, P]
+    # The encoder fills the cache it is given in place: keep our own reference rather than read it back
+    # from the output (`encoder.past_key_values` is the deprecated name since transformers 5.24 and printed
+    # its warning at every `dgemma-lsp train`; `cache`, its new name, does not exist in 5.23).
+    cache = DynamicCache(config=model.config.text_config)
     encoder = model.model.encoder(
         input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions,
-        **with_cache(DynamicCache(config=model.config.text_config)), use_cache=True,
+        **with_cache(cache), use_cache=True,
     )
-    cache = encoder.past_key_values
     # K draws: the decoder only reads the cache, so one encoder pass serves draws × rows canvases
     # (row r's draws are rows r*draws .. r*draws+draws-1).
     prompt_mask, clean, answer = batch.prompt_mask, batch.canvas_ids, batch.answer_mask

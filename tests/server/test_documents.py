@@ -9,7 +9,9 @@ chance" is the worker's `settled` event, and "mid-parse" is a stop check that wa
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 
 from manual_clock import ManualClock
 
@@ -161,6 +163,33 @@ async def test_closing_the_worker_while_a_catch_up_waits_for_quiet_ends_it_at_on
     worker_thread.join(timeout=60)  # a guard against a hang: only a wake-up ends the wait before then
     assert not worker_thread.is_alive()
     assert not any(t.name == "dgemma-syntax" and t.is_alive() for t in threading.enumerate())
+
+
+async def test_a_closed_stale_document_is_let_go_while_the_client_keeps_talking():
+    """A stale document's catch-up waits for a quiet client and goes behind every job that
+    interrupts it. Once the document is closed it must stop: re-posted, it kept the document,
+    its text and its trees alive for as long as the client never paused (`bench soak` held
+    every closed big document, tens of MB an hour)."""
+    source = generate_source("rust", 2_000)
+    store = DocumentStore(SyntaxWorker(quiet_s=NEVER_QUIET_S))  # the client never pauses
+    document = store.open(URI, "rust", 1, source)
+    await document.in_worker(lambda syntax: setattr(syntax, "parse_budget_s", 0))
+    store.worker.client_spoke()
+    store.change(URI, 2, [((0, 0, 0, 0), "fn half(")], "utf-16")
+    assert await document.in_worker(lambda syntax: syntax.stale)
+    await settled(store)  # its catch-up waits for a quiet a day away
+    closed_document = weakref.ref(document)
+    closed_syntax = weakref.ref(document._syntax)
+    store.close(URI)
+    del document
+    for number in range(3):  # the client goes on with other documents: each job wakes the catch-up
+        uri = f"file:///other_{number}.rs"
+        await store.open(uri, "rust", 1, "fn main() {}\n").in_worker(lambda syntax: syntax.text)
+        store.close(uri)
+    await settled(store)
+    gc.collect()
+    assert closed_document() is None and closed_syntax() is None
+    store.worker.close()
 
 
 async def test_the_change_history_tells_what_typing_left_untouched():

@@ -1,6 +1,8 @@
 """The answer-weighted objective on the real transformers model: K draws per encoder pass, pad weight, answer figures."""
 
+import logging
 import random
+import warnings
 
 import pytest
 import torch
@@ -90,6 +92,29 @@ def test_k_draws_share_one_encoder_pass_and_each_draw_reads_its_own_prompt(batch
             for draw in (0, 3):
                 alone = model(input_ids=prompt[None], decoder_input_ids=canvases[row * 4 + draw][None]).logits
                 assert torch.allclose(logits[row * 4 + draw], alone[0], atol=1e-4)
+
+
+def test_the_objective_prints_no_deprecation(batch):
+    """`dgemma-lsp train` printed transformers' "`past_key_values`/`cache_params` are deprecated"
+    (a `warning_once` on its logger, read from the encoder's output) and must print nothing."""
+    messages: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    library, keep = logging.getLogger("transformers"), Keep()
+    library.addHandler(keep)
+    # Each `warning_once` message is printed once per process: another test may have used it up.
+    getattr(logging.Logger.warning_once, "cache_clear", lambda: None)()
+    try:
+        with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+            warnings.simplefilter("always")
+            diffusion_loss(build_tiny_model().eval(), batch, torch.Generator().manual_seed(0), draws=2)
+    finally:
+        library.removeHandler(keep)
+    assert [m for m in messages if "deprecated" in m.lower()] == []
+    assert [str(w.message) for w in caught if issubclass(w.category, (FutureWarning, DeprecationWarning))] == []
 
 
 def test_pad_after_the_answer_weighs_what_the_recipe_says(batch):

@@ -7,7 +7,7 @@ device inputs (canvas, self-conditioning logits, temperature, seed, masks) and
 the loop around the replays: drafts copied out non-blocking into pinned host
 memory, cancellation checked after every step, early stop, several canvases.
 Knows transformers' DiffusionGemma pieces it drives (encoder, decoder, lm_head,
-the decoder's static-cache mask) and the sampler semantics (`fused_sampler`);
+the decoder's static-cache mask and self-conditioning signal) and the sampler semantics (`fused_sampler`);
 knows nothing of prompts as text, LSP or requests beyond plain arguments.
 
 Why not transformers' own compiled path: `generate` compiles only when handed
@@ -29,9 +29,10 @@ A failure in capture or in a compiled request makes the runtime fall back to
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Literal
 
 import torch
@@ -54,6 +55,8 @@ WARM_STEPS = 2
 """Eager runs on a side stream before a capture: lazy allocations and autotuning happen there, not in the graph."""
 WARM_PROMPT_TOKENS = 1536
 """The load-time warm-up's prompt: past the real model's 1,024-token sliding window, in the 2,048 bucket."""
+SOFTMAX_SLICES = 16
+"""The self-conditioning softmax runs over the logits' rows in this many slices (`soft_embeddings`)."""
 
 
 def compile_enabled(mode: str, device: torch.device) -> bool:
@@ -149,6 +152,49 @@ def restore(cache: StaticCache, snapshot: _Snapshot, batch: int) -> None:
         layer.cumulative_length.copy_(snapshot.lengths[index])
         if snapshot.sliding_lengths[index] is not None:
             layer.cumulative_length_int = snapshot.sliding_lengths[index]
+
+
+def soft_embeddings(decoder, logits: torch.Tensor, mask: torch.Tensor | None,
+                    slices: int = SOFTMAX_SLICES) -> torch.Tensor:  # fmt: skip
+    """transformers' self-conditioning signal, the same values, with the fp32 softmax a slice of rows at a time.
+
+    transformers (DiffusionGemmaDecoderModel.forward, 5.24) computes
+    `matmul(logits.softmax(-1, dtype=float32).to(embed dtype), embed.weight) * embed_scale`, times the
+    mask. On bf16 logits ATen's `softmax(dtype=float32)` first converts the whole input to fp32 (its
+    fused half-to-float path is for fp16 only, on CUDA as here), so that line holds two fp32 copies of
+    the `[B, L, V]` logits at once — 2.1 GB at 4 candidates, the dry run's peak on a 24 GB card.
+    Here the bf16 probabilities are filled a slice of rows at a time (a softmax over the last dim is
+    per row: the same values) and the matmul is transformers' own, over the whole tensor (the same GEMM).
+    logits: [B, L, V]; mask: [B] bool or None; returns [B, L, H] in the embeddings' dtype.
+    """
+    embed = decoder.embed_tokens
+    dtype = embed.weight.dtype
+    rows = logits.reshape(-1, logits.shape[-1])  # [B*L, V], a view of the contiguous buffer
+    probabilities = torch.empty(rows.shape, dtype=dtype, device=rows.device)  # [B*L, V]
+    span = -(-rows.shape[0] // slices)
+    for start in range(0, rows.shape[0], span):
+        # copy_ into bf16 rounds as `.to(dtype)` does; the fp32 slices are 2 / slices of the logits' bytes.
+        probabilities[start : start + span].copy_(rows[start : start + span].softmax(dim=-1, dtype=torch.float32))
+    signal = torch.matmul(probabilities.view(logits.shape), embed.weight) * embed.embed_scale.to(dtype)
+    if mask is not None:
+        signal = signal * mask.to(signal.dtype)[:, None, None]
+    return signal
+
+
+@contextlib.contextmanager
+def self_conditioning_signal(decoder, signal: torch.Tensor) -> Iterator[None]:
+    """The decoder's self-conditioning block gets `signal` instead of the zeros transformers passes it
+    when called without self-conditioning logits (`self.self_conditioning(inputs_embeds, zeros)`)."""
+
+    def replace(module, args):
+        assert len(args) == 2, "DiffusionGemmaSelfConditioning is called as (inputs_embeds, signal)"
+        return args[0], signal
+
+    handle = decoder.self_conditioning.register_forward_pre_hook(replace)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 @dataclasses.dataclass
@@ -365,15 +411,19 @@ class CompiledDenoiser:
         assert isinstance(model.lm_head, torch.nn.Linear) and model.lm_head.bias is None, "lm_head is a plain linear"
         lm_head = model.lm_head.weight  # [V, H], tied to the embeddings and never quantized
 
+        decoder = model.model.decoder
+
         def step() -> None:
-            hidden = model.model.decoder(
-                decoder_input_ids=buffers.canvas,
-                self_conditioning_logits=buffers.self_conditioning,
-                self_conditioning_mask=buffers.self_conditioning_on,
-                decoder_attention_mask=buffers.masks or None,
-                **with_cache(cache),
-                decoder_position_ids=buffers.positions,
-            ).last_hidden_state
+            # Last step's logits to soft embeddings here rather than in transformers' decoder (the same
+            # values, a fraction of its memory: `soft_embeddings`), handed to its self-conditioning block.
+            signal = soft_embeddings(decoder, buffers.self_conditioning, buffers.self_conditioning_on)
+            with self_conditioning_signal(decoder, signal):
+                hidden = decoder(
+                    decoder_input_ids=buffers.canvas,
+                    decoder_attention_mask=buffers.masks or None,
+                    **with_cache(cache),
+                    decoder_position_ids=buffers.positions,
+                ).last_hidden_state
             # The logits go straight into the self-conditioning buffer (the decoder has read last step's
             # already) and the sampler rewrites them there, scaled: no second [B, L, V] tensor (0.5 GB
             # in bf16 at 4 candidates). The softcap happens in the sampler.

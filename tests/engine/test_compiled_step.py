@@ -5,7 +5,9 @@ reused (dirty) StaticCache gives the decoder exactly the logits of a fresh
 prefill, below and beyond the sliding window and for 2 candidates; the
 step loop (run eagerly here; CUDA graphs replay the same step) gives the
 drafts of transformers' own `generate` when both are deterministic (near-zero
-temperature, every token accepted, the same starting canvas); `--compile`
+temperature, every token accepted, the same starting canvas); the step's
+self-conditioning signal, its softmax a slice of rows at a time, gives the
+decoder bit for bit what transformers' own gives it; `--compile`
 resolves to on only for CUDA and refuses `on` without it.
 """
 
@@ -26,11 +28,14 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import Entro
 
 from dgemma_lsp.engine.errors import ModelLoadError  # noqa: E402
 from dgemma_lsp.engine.runtime import fused_sampler, moe_kernels  # noqa: E402,F401 - their @triton.jit reads TRITON_INTERPRET now
+from dgemma_lsp.engine.runtime.cache_keyword import with_cache  # noqa: E402
 from dgemma_lsp.engine.runtime.compiled_step import (  # noqa: E402
     CompiledDenoiser,
     StaticPromptCache,
     bucket_for,
     compile_enabled,
+    self_conditioning_signal,
+    soft_embeddings,
 )
 from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model  # noqa: E402
 
@@ -114,6 +119,48 @@ def test_step_loop_gives_the_drafts_of_transformers_generate_when_deterministic(
     assert ours == streamer.drafts
     assert output.answers[0][:32] == streamer.drafts[-1] and output.steps == steps
     assert output.confidences.shape == (1, 32) and bool(((output.confidences > 0) & (output.confidences <= 1)).all())
+
+
+@pytest.mark.parametrize("slices", [16, 5])
+def test_the_sliced_self_conditioning_signal_gives_the_decoder_exactly_transformers_own(slices):
+    model = build_tiny_model().to(torch.bfloat16).eval()  # bf16 as on a GPU: the softmax's upcast matters
+    decoder = model.model.decoder
+    generator = torch.Generator().manual_seed(6)
+    canvas = torch.randint(4, 1000, (3, 32), generator=generator)
+    logits = (torch.randn((3, 32, 1024), generator=generator) * 8).to(torch.bfloat16)
+    mask = torch.tensor([True, False, True])  # a row without self-conditioning yet
+    with torch.no_grad():
+        cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=bucket_for(40 + 32))
+        model.model.encoder(input_ids=torch.tensor([_ids(40, 7)] * 3), **with_cache(cache))
+        masks = model.model.decoder.create_diffusion_decoder_attention_mask(
+            model.config, canvas.unsqueeze(-1), cache, torch.ones((3, 40 + 32), dtype=torch.bool),
+        )  # fmt: skip
+        positions = torch.arange(40, 40 + 32, dtype=torch.int32)[None]
+        expected = decoder(decoder_input_ids=canvas, self_conditioning_logits=logits, self_conditioning_mask=mask,
+                           **with_cache(cache), decoder_attention_mask=masks,
+                           decoder_position_ids=positions).last_hidden_state  # fmt: skip
+        with self_conditioning_signal(decoder, soft_embeddings(decoder, logits, mask, slices)):
+            ours = decoder(decoder_input_ids=canvas, **with_cache(cache), decoder_attention_mask=masks,
+                           decoder_position_ids=positions).last_hidden_state  # fmt: skip
+        without = decoder(decoder_input_ids=canvas, **with_cache(cache), decoder_attention_mask=masks,
+                          decoder_position_ids=positions).last_hidden_state  # fmt: skip
+    assert torch.equal(ours, expected)
+    assert not torch.equal(without, expected), "the signal reached the decoder (the hook is gone after the block)"
+    assert torch.equal(without[1], expected[1]), "a row whose mask is off gets no self-conditioning"
+
+
+def test_the_sliced_softmax_gives_the_probabilities_of_the_whole_one_at_the_real_vocabulary():
+    vocab, hidden = 262144, 8
+    generator = torch.Generator().manual_seed(8)
+    embed = torch.nn.Embedding(vocab, hidden).to(torch.bfloat16)
+    embed.embed_scale = torch.tensor(hidden**0.5)
+    decoder = torch.nn.Module()
+    decoder.embed_tokens = embed
+    logits = (torch.randn((2, 12, vocab), generator=generator) * 8).to(torch.bfloat16)
+    with torch.no_grad():
+        expected = torch.matmul(logits.softmax(dim=-1, dtype=torch.float32).to(torch.bfloat16), embed.weight)
+        expected = expected * embed.embed_scale.to(torch.bfloat16)
+        assert torch.equal(soft_embeddings(decoder, logits, None, slices=7), expected)
 
 
 def test_warm_up_prepares_the_step_a_typical_request_uses(model):

@@ -20,6 +20,7 @@ Knows the engine's pipeline and types; knows nothing of LSP or positions.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -202,7 +203,7 @@ class Completer:
                 return []
             self.encoded_tokens.append(result.prompt_tokens - result.cached_prompt_tokens)
             ready_checker, hashes = await checker
-            candidates = drafts.answer_for(result)
+            candidates = await drafts.answer_for(result)
             if candidates is None:
                 candidates = await document.worker.run(
                     lambda: finish_candidates(prepared, frozen, result, ready_checker))
@@ -255,6 +256,7 @@ class _DraftFinisher:
         self.prepared, self.frozen, self.checker, self.lead = prepared, frozen, checker, lead
         self.on_draft, self.worker = on_draft, worker
         self.newest: str | None = None
+        self.newest_job: asyncio.Future | None = None
         self.ready: tuple[str, list[Candidate]] | None = None
         """(raw text, its answer) of the newest draft sent."""
         self.closed = False
@@ -268,7 +270,7 @@ class _DraftFinisher:
         if self.closed:
             return
         self.newest = raw = step.text
-        job = self.worker.run(lambda: self._finish(raw))
+        self.newest_job = job = self.worker.run(lambda: self._finish(raw))
         job.add_done_callback(lambda done: self._finished(step, done))
 
     def _finish(self, raw: str) -> tuple[str, list[Candidate] | None]:
@@ -294,9 +296,17 @@ class _DraftFinisher:
         if answer is not None:
             self.ready = (step.text, answer)
 
-    def answer_for(self, result) -> list[Candidate] | None:
-        """The finished answer when `result` is the newest draft's text alone; None: finish it."""
-        if self.ready is None or len(result.candidates) != 1 or result.candidates[0].text != self.ready[0]:
+    async def answer_for(self, result) -> list[Candidate] | None:
+        """The finished answer when `result` is the newest draft's text alone; None: finish it.
+
+        When that draft is still on the worker, its finishing is awaited: the worker runs jobs in
+        order, so a new finishing job would only queue behind it (and whether the draft had
+        finished first would depend on the machine's speed)."""
+        if len(result.candidates) != 1 or result.candidates[0].text != self.newest:
+            return None
+        if self.newest_job is not None and not self.newest_job.done():
+            await asyncio.wait([self.newest_job])  # `_finished`, added first, has run when this returns
+        if self.ready is None or result.candidates[0].text != self.ready[0]:
             return None
         confidence = result.candidates[0].confidence
         return [msgspec.structs.replace(c, confidence=confidence) for c in self.ready[1]]

@@ -97,8 +97,13 @@ def softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
 
 def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_conditioning: float = 0.5,
                    encoder_loss_weight: float = 1.0, eps: float = 1e-3, draws: int = 1,
-                   pad_weight: float = 1.0) -> LossParts:
-    """The loss of one batch; call `.total.backward()` on the result."""
+                   pad_weight: float = 1.0, noise_floor: float = 0.0) -> LossParts:
+    """The loss of one batch; call `.total.backward()` on the result.
+
+    `noise_floor`: the lowest corruption level drawn (levels are uniform in [max(eps, floor), 1]).
+    Generation starts from a canvas of pure noise and renoises every token it does not accept, so
+    the canvases a model reads while writing are mostly noise; below the floor the decoder mostly
+    learns to copy the clean tokens it is shown."""
     assert draws >= 1, "draws counts corruption draws per encoded prompt"
     device = batch.prompt_ids.device
     vocab = model.config.text_config.vocab_size
@@ -122,7 +127,8 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
     rows, canvas_length = clean.shape
 
     # Corrupt: level t per row, each position replaced by a uniform token with probability t.
-    t = eps + (1 - eps) * torch.rand(rows, 1, generator=generator, device=device)  # [B, 1]
+    lowest = max(eps, noise_floor)
+    t = lowest + (1 - lowest) * torch.rand(rows, 1, generator=generator, device=device)  # [B, 1]
     corrupt = torch.rand(rows, canvas_length, generator=generator, device=device) < t  # [B, C]
     noise = torch.randint(0, vocab, (rows, canvas_length), generator=generator, device=device)
     canvas = torch.where(corrupt, noise, clean)  # [B, C]

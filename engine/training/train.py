@@ -205,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
             group["lr"] = _learning_rate(schedule, step, total_steps)
         parts = diffusion_loss(model, batch, generator, self_conditioning=schedule["selfConditioning"],
                                encoder_loss_weight=schedule["encoderLossWeight"], eps=schedule["eps"],
-                               draws=draws, pad_weight=pad_weight)
+                               draws=draws, pad_weight=pad_weight, noise_floor=schedule.get("noiseFloor", 0.0))
         optimizer.zero_grad(set_to_none=True)
         parts.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), schedule["clipNorm"])

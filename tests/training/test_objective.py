@@ -154,3 +154,24 @@ def test_one_draw_and_full_pad_weight_is_the_plain_canvas_mean(batch):
     hits = logits.argmax(-1) == batch.canvas_ids
     assert parts.answer_accuracy == pytest.approx(hits[batch.answer_mask].float().mean().item())
     assert parts.canvas_accuracy == pytest.approx(hits.float().mean().item())
+
+
+def test_a_noise_floor_corrupts_every_canvas_at_least_that_much(batch):
+    """The decoder's input canvases: with the floor at 0.95 every row is nearly all noise; without it, some are not."""
+    model = build_tiny_model().eval()
+
+    def changed_shares(noise_floor):
+        canvases = []
+        hook = model.model.decoder.register_forward_pre_hook(
+            lambda module, args, kwargs: canvases.append(kwargs["decoder_input_ids"]), with_kwargs=True)
+        try:
+            with torch.no_grad():
+                diffusion_loss(model, batch, torch.Generator().manual_seed(3), draws=8, self_conditioning=0.0,
+                               noise_floor=noise_floor)
+        finally:
+            hook.remove()
+        clean = batch.canvas_ids.repeat_interleave(8, dim=0)
+        return (canvases[0] != clean).float().mean(-1).tolist()
+
+    assert min(changed_shares(0.95)) >= 0.8
+    assert min(changed_shares(0.0)) < 0.5

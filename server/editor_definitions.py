@@ -6,7 +6,8 @@ when an inline completion is asked for on a line whose surroundings changed, the
 the editor, without waiting for the answer:
 
     dgemma/definitions  {textDocument: {uri}, positions: [Position, ...], maxLines: N}
-    answer: [[{uri, range, text}, ...] | null, ...]   one list per position, in order
+    answer: [[{uri, range, text}, ...] | null, ...]   one entry per position, in order:
+            a list of definitions ([] when there is none), or null when not known (yet)
 
 `positions` are names used near the cursor, outside the cursor's line (engine/crossfile/editor.py),
 in the session's position encoding; the editor runs its definition providers at each (the
@@ -16,7 +17,8 @@ The server reads `range.start.line` and `text` only.
 
 Off the keystroke's path: nothing waits for the answer. It is remembered per document and name
 (`invoice.total`) and used by every prompt whose lines around the cursor use that name, the
-first such prompt after the answer arrives included; a name is asked again after REFRESH_S.
+first such prompt after the answer arrives included; a name is asked again after REFRESH_S, one
+the editor did not know (null: its language server was still starting) after RETRY_S.
 One request is in flight at a time; newer questions wait behind it, the newest per document
 only. An error, garbage or no answer within TIMEOUT_S costs one log line and nothing else
 (the completion never depended on it; a late answer is still used); after MAX_FAILURES in a row
@@ -57,6 +59,8 @@ MAX_FAILURES = 3
 """Failures in a row after which the server stops asking (a client that advertised but cannot answer)."""
 REFRESH_S = 30.0
 """A name's remembered answer is asked for again after this long (the other file may have changed)."""
+RETRY_S = 2.0
+"""Names of the question the editor did not know yet are asked again after this long."""
 MAX_REMEMBERED = 2048
 """(document, name) answers remembered, least recently asked forgotten first."""
 MAX_DEFINITIONS = 4
@@ -86,6 +90,8 @@ class EditorDefinitions:
         self.enabled = False
         """Set at `initialize` from the client's capabilities; cleared after MAX_FAILURES."""
         self._current: dict[str, tuple[str, ...]] = {}
+        self._asked_at: dict[str, float] = {}
+        """Per document: when its latest question went out (or was queued)."""
         """Per document: the names near the cursor of its latest completion, best first."""
         self._answers: OrderedDict[tuple[str, str], tuple[float, tuple[EditorDefinition, ...]]] = OrderedDict()
         """(uri, name) -> (when asked, its definitions); read by the syntax worker (`found`)."""
@@ -110,10 +116,11 @@ class EditorDefinitions:
         rows = text.split("\n")
         near = names_near([row.rstrip("\r") for row in rows], first, line, language)
         names = tuple(name.key for name in near)
-        if self._current.get(uri) == names:
+        now = self.clock()
+        if self._current.get(uri) == names and (now - self._asked_at.get(uri, now) < RETRY_S or all(
+                (uri, name) in self._answers for name in names)):
             return  # the same question as for the previous keystroke (typing on one line)
         self._current[uri] = names
-        now = self.clock()
         wanted = []
         for name in near:
             answered = self._answers.get((uri, name.key))
@@ -121,6 +128,7 @@ class EditorDefinitions:
                 row = rows[name.line - first]
                 wanted.append(NearName(name.key, name.line, code_units(row[:name.column], encoding)))
         if wanted:
+            self._asked_at[uri] = now
             self._waiting[uri] = tuple(wanted)
             self._waiting.move_to_end(uri)
             self._ask_next()
@@ -128,6 +136,7 @@ class EditorDefinitions:
     def forget(self, uri: str) -> None:
         """The document closed."""
         self._current.pop(uri, None)
+        self._asked_at.pop(uri, None)
         self._waiting.pop(uri, None)
         for key in [key for key in self._answers if key[0] == uri]:
             del self._answers[key]
@@ -174,11 +183,13 @@ class EditorDefinitions:
         else:
             self._failures = 0
             for name, definitions in zip(names, answer, strict=True):
+                if definitions is None:
+                    continue  # not known yet: asked again later
                 self._answers[(uri, name.key)] = (asked, definitions)
                 self._answers.move_to_end((uri, name.key))
             while len(self._answers) > MAX_REMEMBERED:
                 self._answers.popitem(last=False)
-            log.debug("%s: %d of %d names answered", METHOD, sum(1 for a in answer if a), len(names))
+            log.debug("%s: %d of %d names have definitions", METHOD, sum(1 for a in answer if a), len(names))
         self._ask_next()
 
     def _failed(self, why: str) -> None:
@@ -201,15 +212,15 @@ class EditorDefinitions:
         return found
 
 
-def parse_answer(result: Any, count: int) -> list[tuple[EditorDefinition, ...]]:
-    """The definitions per asked position; GarbageError for anything but METHOD's answer."""
+def parse_answer(result: Any, count: int) -> list[tuple[EditorDefinition, ...] | None]:
+    """The definitions per asked position (None: not known); GarbageError for anything but METHOD's answer."""
     result = _plain(result)
     if not isinstance(result, list) or len(result) != count:
         raise GarbageError(f"expected a list of {count} lists, got {_short(result)}")
-    answer = []
+    answer: list[tuple[EditorDefinition, ...] | None] = []
     for entry in result:
         if entry is None:
-            answer.append(())
+            answer.append(None)
             continue
         if not isinstance(entry, list):
             raise GarbageError(f"expected a list of definitions, got {_short(entry)}")
@@ -225,8 +236,8 @@ def parse_answer(result: Any, count: int) -> list[tuple[EditorDefinition, ...]]:
                 raise GarbageError(f"not a definition: {_short(item)}")
             path = uri_to_path(uri)
             header = header_of(text)
-            if path is None or not header:
-                continue  # not a file on this machine, or nothing to show
+            if path is None or not header or (line == 0 and item["range"]["start"].get("character") == 0):
+                continue  # not a file on this machine, nothing to show, or a whole file (a module: `import x`)
             skipped = next((i for i, row in enumerate(text.split("\n")) if row.strip()), 0)  # blank lines header_of skips
             start = line + skipped
             definition = EditorDefinition(path, start, start + header.count("\n") + 1, header)

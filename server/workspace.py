@@ -56,6 +56,8 @@ class WorkspaceContext:
         self.editor_found: Callable[[str], list[tuple[str, tuple[EditorDefinition, ...]]]] | None = None
         """The editor's definitions for the names near a document's cursor (server/editor_definitions.py);
         None: a client that does not answer `dgemma/definitions`."""
+        self._editor_shown: dict[str, tuple] = {}
+        """Per document, the editor's definitions its latest prompt showed (logged when they change)."""
 
     # -- event loop side -----------------------------------------------------------------------
 
@@ -91,6 +93,7 @@ class WorkspaceContext:
     def closed(self, uri: str) -> None:
         path = uri_to_path(uri)
         self._dirty.discard(uri)
+        self._editor_shown.pop(uri, None)
         if path is not None and self.index is not None:
             index = self.index
             self.worker.post(lambda: index.update(path))  # back to what is on disk
@@ -129,7 +132,13 @@ class WorkspaceContext:
         if not found:
             return self.sources.snippets(path, language, context, budget)
         chosen = self.sources.snippets(path, language, context, budget - int(budget * EDITOR_SHARE))
-        return chosen + choose(found, chosen, budget, path, self._shown_path)
+        extra = choose(found, chosen, budget, path, self._shown_path)
+        shown = tuple((s.path, s.start_line, s.text.split("\n")[0][:100]) for s in extra)
+        if self._editor_shown.get(uri, ()) != shown:  # once per change, not per keystroke
+            self._editor_shown[uri] = shown
+            log.info("prompts of %s show the editor's definitions: %s", uri,
+                     "; ".join(f"{p}:{line + 1} {text!r}" for p, line, text in shown) or "none")
+        return chosen + extra
 
     def _shown_path(self, path: str) -> str:
         return self.index.relative(path) if self.index is not None else path

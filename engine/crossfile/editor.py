@@ -46,6 +46,7 @@ HEADER_TOKENS = 12
 
 _CHAIN = re.compile(r"[A-Za-z_$][\w$]*(?:\s*\.\s*[A-Za-z_$][\w$]*)*")
 _NAME = re.compile(r"[A-Za-z_$][\w$]*")
+_DEFINING = re.compile(r"\b(?:def|class|function|func|fn|struct|interface|type|enum|trait|impl)\s+$")
 _CONTINUED = (",", "\\", "(", "[", "{", "=", "|", "&", "+", "->")
 _HEADER_END = re.compile(r"(?::|\{|;|=>|\bthen|\bdo)\s*(?:#.*|//.*)?$")
 
@@ -119,6 +120,8 @@ def names_near(lines: Sequence[str], first_line: int, cursor_line: int, language
         text = _without_strings_and_comments(text, language)
         distance = cursor_line - line if line < cursor_line else line - cursor_line + 1
         for chain in _CHAIN.finditer(text):
+            if _DEFINING.search(text, 0, chain.start()):
+                continue  # `def name(`, `class Name`: defined right here, the window shows it
             parts = list(_NAME.finditer(chain.group()))
             end = chain.end()
             called = text[end:].lstrip().startswith("(")

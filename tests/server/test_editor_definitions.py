@@ -93,7 +93,7 @@ def definitions_of(params: dict) -> list:
             end += 1
         name = text[start:end]
         if name not in RESOLVES:
-            answer.append(None)
+            answer.append([])  # known to have no definition (null would say: not known yet)
             continue
         file, at = RESOLVES[name]
         shown = "\n".join(file.read_text().split("\n")[at:at + params["maxLines"]])

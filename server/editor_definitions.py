@@ -90,9 +90,11 @@ class EditorDefinitions:
         self.enabled = False
         """Set at `initialize` from the client's capabilities; cleared after MAX_FAILURES."""
         self._current: dict[str, tuple[str, ...]] = {}
+        """Per document: the names near the cursor of its latest completion, best first."""
         self._asked_at: dict[str, float] = {}
         """Per document: when its latest question went out (or was queued)."""
-        """Per document: the names near the cursor of its latest completion, best first."""
+        self._around: dict[str, tuple[int, str, str]] = {}
+        """Per document: the cursor's line and the text above and below it at its latest completion."""
         self._answers: OrderedDict[tuple[str, str], tuple[float, tuple[EditorDefinition, ...]]] = OrderedDict()
         """(uri, name) -> (when asked, its definitions); read by the syntax worker (`found`)."""
         self._waiting: OrderedDict[str, tuple[NearName, ...]] = OrderedDict()
@@ -110,16 +112,20 @@ class EditorDefinitions:
             return
         first = max(0, line - LINES_BEFORE)
         last = min(lines.line_count - 1, line + LINES_AFTER)
-        if last < first:
+        if last < first or line >= lines.line_count:
             return
-        text = lines.text[lines.offset(first, 0, "utf-32"):lines.line_end(last)]
-        rows = text.split("\n")
+        start, end = lines.offset(first, 0, "utf-32"), lines.line_end(last)
+        here, here_end = lines.offset(line, 0, "utf-32"), lines.line_end(line)
+        around = (line, lines.text[start:here], lines.text[here_end:end])
+        now = self.clock()
+        if self._around.get(uri) == around and not self._retry(uri, now):
+            return  # typing on one line: the lines around it, so the question, are the same (no names parsed)
+        self._around[uri] = around
+        rows = lines.text[start:end].split("\n")
         near = names_near([row.rstrip("\r") for row in rows], first, line, language)
         names = tuple(name.key for name in near)
-        now = self.clock()
-        if self._current.get(uri) == names and (now - self._asked_at.get(uri, now) < RETRY_S or all(
-                (uri, name) in self._answers for name in names)):
-            return  # the same question as for the previous keystroke (typing on one line)
+        if self._current.get(uri) == names and not self._retry(uri, now):
+            return  # another line with the same names around it
         self._current[uri] = names
         wanted = []
         for name in near:
@@ -133,8 +139,14 @@ class EditorDefinitions:
             self._waiting.move_to_end(uri)
             self._ask_next()
 
+    def _retry(self, uri: str, now: float) -> bool:
+        """Whether names of the document's question are still unanswered after RETRY_S."""
+        return now - self._asked_at.get(uri, now) >= RETRY_S and not all(
+            (uri, name) in self._answers for name in self._current.get(uri, ()))
+
     def forget(self, uri: str) -> None:
         """The document closed."""
+        self._around.pop(uri, None)
         self._current.pop(uri, None)
         self._asked_at.pop(uri, None)
         self._waiting.pop(uri, None)

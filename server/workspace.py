@@ -57,6 +57,8 @@ class WorkspaceContext:
         """The editor's definitions for the names near a document's cursor (server/editor_definitions.py);
         None: a client that does not answer `dgemma/definitions`."""
         self._editor_shown: dict[str, tuple] = {}
+        self._shown_paths: dict[str, str] = {}
+        self._real_root = ""
         """Per document, the editor's definitions its latest prompt showed (logged when they change)."""
 
     # -- event loop side -----------------------------------------------------------------------
@@ -67,6 +69,7 @@ class WorkspaceContext:
         if root is None or not os.path.isdir(root):
             return
         self.index = WorkspaceIndex(root)
+        self._real_root = os.path.realpath(root)
         self.sources.index = self.index
         self._post_build()
 
@@ -141,7 +144,21 @@ class WorkspaceContext:
         return chosen + extra
 
     def _shown_path(self, path: str) -> str:
-        return self.index.relative(path) if self.index is not None else path
+        """`path` relative to the workspace folder when inside it, else as given. The editor may name a
+        file by its real path while the folder was opened through a symbolic link (memoized: the
+        editor's definitions are placed on every keystroke)."""
+        if self.index is None:
+            return path
+        shown = self._shown_paths.get(path)
+        if shown is None:
+            shown = self.index.relative(path)
+            real = os.path.realpath(path)
+            if shown == path and self._real_root and real.startswith(self._real_root + os.sep):
+                shown = os.path.relpath(real, self._real_root).replace(os.sep, "/")
+            if len(self._shown_paths) > 4096:
+                self._shown_paths.clear()
+            self._shown_paths[path] = shown
+        return shown
 
     def _post_build(self) -> None:
         if not self._build_posted:

@@ -46,7 +46,8 @@ HEADER_TOKENS = 12
 
 _CHAIN = re.compile(r"[A-Za-z_$][\w$]*(?:\s*\.\s*[A-Za-z_$][\w$]*)*")
 _NAME = re.compile(r"[A-Za-z_$][\w$]*")
-_DEFINING = re.compile(r"\b(?:def|class|function|func|fn|struct|interface|type|enum|trait|impl)\s+$")
+_DEFINED = re.compile(r"\b(?:def|class|function|func|fn|struct|interface|type|enum|trait|impl)\s+([A-Za-z_$])")
+_CALL = re.compile(r"\s*\(")
 _CONTINUED = (",", "\\", "(", "[", "{", "=", "|", "&", "+", "->")
 _HEADER_END = re.compile(r"(?::|\{|;|=>|\bthen|\bdo)\s*(?:#.*|//.*)?$")
 
@@ -82,6 +83,10 @@ _GENERIC = {
 }
 
 
+_SKIP = {language: frozenset(_COMMON | words) for language, words in _KEYWORDS.items()}
+_SKIP_GENERIC = frozenset(_COMMON | _GENERIC)
+
+
 class NearName(msgspec.Struct, frozen=True):
     """A name near the cursor the editor is asked to resolve, at its occurrence nearest the cursor."""
 
@@ -111,7 +116,9 @@ def names_near(lines: Sequence[str], first_line: int, cursor_line: int, language
     excluded. A call (`name(`), an attribute (`x.name`) or a capitalised name (a type) ranks before
     a plain name (often a local variable); within each, the nearer to the cursor the better.
     """
-    skip = _COMMON | _KEYWORDS.get(language, _GENERIC) | set(defined_here)
+    skip = _SKIP.get(language, _SKIP_GENERIC)
+    if defined_here:
+        skip = skip | set(defined_here)
     best: dict[str, tuple[tuple[int, int], NearName]] = {}
     for index, text in enumerate(lines):
         line = first_line + index
@@ -119,12 +126,12 @@ def names_near(lines: Sequence[str], first_line: int, cursor_line: int, language
             continue
         text = _without_strings_and_comments(text, language)
         distance = cursor_line - line if line < cursor_line else line - cursor_line + 1
+        defined = {match.start(1) for match in _DEFINED.finditer(text)}
         for chain in _CHAIN.finditer(text):
-            if _DEFINING.search(text, 0, chain.start()):
+            if chain.start() in defined:
                 continue  # `def name(`, `class Name`: defined right here, the window shows it
             parts = list(_NAME.finditer(chain.group()))
-            end = chain.end()
-            called = text[end:].lstrip().startswith("(")
+            called = _CALL.match(text, chain.end()) is not None
             prefix = ""
             for position, part in enumerate(parts):
                 name = part.group()
@@ -188,11 +195,12 @@ def choose(found: Sequence[tuple[str, tuple[EditorDefinition, ...]]], chosen: tu
         shown.setdefault(snippet.path, []).append((snippet.start_line, snippet.end_line))
         left -= snippet.tokens
     current = os.path.abspath(current_path) if current_path else ""
+    current_shown = relative(current) if current else ""
     picked: list[CrossFileSnippet] = []
     for rank, (_name, definitions) in enumerate(found):
         for definition in definitions:
             path = relative(definition.path)
-            if definition.path == current or not definition.text.strip() or any(
+            if definition.path == current or path == current_shown or not definition.text.strip() or any(
                     definition.start_line < end and start < definition.end_line for start, end in shown.get(path, ())):
                 continue
             tokens = approx_token_count(definition.text)

@@ -460,9 +460,12 @@ const scenarios = [
     await goToLine(page, lines - 1);
     await page.keyboard.type('const next = ', { delay: 30 });
     const serverLog = path.join(ARTIFACTS, 'dgemma-lsp.log');
-    const wanted = "show the editor's definitions: node_modules/payments/index.d.ts:3 'export declare function chargeInvoice(";
+    // One line per change of what the prompts show: `<path>:<line> '<first line>'` each, `; ` between.
+    const wanted = "node_modules/payments/index.d.ts:3 'export declare function chargeInvoice(";
+    const shows = () => fs.readFileSync(serverLog, 'utf8').split('\n')
+      .find((l) => l.includes("show the editor's definitions:") && l.includes(wanted));
     const deadline = Date.now() + 150_000;
-    while (!fs.readFileSync(serverLog, 'utf8').includes(wanted)) {
+    while (!shows()) {
       if (Date.now() > deadline) {
         const asked = fs.readFileSync(serverLog, 'utf8').split('\n').filter((l) => l.includes('definitions')).slice(-6);
         throw new Error(`no prompt showed the editor's definition of chargeInvoice; the server's log says:\n${asked.join('\n')}`);
@@ -470,7 +473,7 @@ const scenarios = [
       await page.keyboard.type('x', { delay: 30 }); // the next prompt uses an answer that came meanwhile
       await page.waitForTimeout(1_000);
     }
-    const shown = fs.readFileSync(serverLog, 'utf8').split('\n').find((l) => l.includes(wanted));
+    const shown = shows();
     log(`server: ${shown.slice(shown.indexOf('prompts of'))}`);
     await shoot(page, 'editor-definitions');
   }],

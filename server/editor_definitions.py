@@ -83,14 +83,18 @@ class GarbageError(ValueError):
 class EditorDefinitions:
     """The session's questions to the editor and its remembered answers."""
 
-    def __init__(self, send: Callable[[str, dict], Any], clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, send: Callable[[str, dict], Any], post: Callable[[Callable[[], None]], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.send = send
         """(method, params) -> an asyncio future of the client's answer (pygls' `send_request_async`)."""
+        self.post = post
+        """Runs a job on the syntax worker (`SyntaxWorker.post`), in order with the prompts' jobs."""
         self.clock = clock
         self.enabled = False
         """Set at `initialize` from the client's capabilities; cleared after MAX_FAILURES."""
         self._current: dict[str, tuple[str, ...]] = {}
-        """Per document: the names near the cursor of its latest completion, best first."""
+        """Per document: the names near the cursor of its latest completion, best first (written and read
+        on the worker; the event loop only reads it)."""
         self._asked_at: dict[str, float] = {}
         """Per document: when its latest question went out (or was queued)."""
         self._around: dict[str, tuple[int, str, str]] = {}
@@ -121,12 +125,22 @@ class EditorDefinitions:
         if self._around.get(uri) == around and not self._retry(uri, now):
             return  # typing on one line: the lines around it, so the question, are the same (no names parsed)
         self._around[uri] = around
-        rows = lines.text[start:end].split("\n")
+        retry = self._retry(uri, now)
+        text = lines.text[start:end]  # the lines are an immutable snapshot: the worker may read them later
+        loop = asyncio.get_running_loop()
+        # The names are parsed on the syntax worker (a few hundred microseconds, once per line): ahead
+        # of this completion's prompt, which then reads them, and off the event loop.
+        self.post(lambda: self._question(uri, language, text, first, line, encoding, now, retry, loop))
+
+    def _question(self, uri: str, language: str, text: str, first: int, line: int, encoding: str, now: float,
+                  retry: bool, loop: asyncio.AbstractEventLoop) -> None:
+        """On the worker: the names around the cursor's line; those to ask about go to the event loop."""
+        rows = text.split("\n")
         near = names_near([row.rstrip("\r") for row in rows], first, line, language)
         names = tuple(name.key for name in near)
-        if self._current.get(uri) == names and not self._retry(uri, now):
+        if self._current.get(uri) == names and not retry:
             return  # another line with the same names around it
-        self._current[uri] = names
+        self._current[uri] = names  # read by `found`, on this thread
         wanted = []
         for name in near:
             answered = self._answers.get((uri, name.key))
@@ -134,10 +148,13 @@ class EditorDefinitions:
                 row = rows[name.line - first]
                 wanted.append(NearName(name.key, name.line, code_units(row[:name.column], encoding)))
         if wanted:
-            self._asked_at[uri] = now
-            self._waiting[uri] = tuple(wanted)
-            self._waiting.move_to_end(uri)
-            self._ask_next()
+            loop.call_soon_threadsafe(self._queue, uri, tuple(wanted), now)
+
+    def _queue(self, uri: str, wanted: tuple[NearName, ...], now: float) -> None:
+        self._asked_at[uri] = now
+        self._waiting[uri] = wanted
+        self._waiting.move_to_end(uri)
+        self._ask_next()
 
     def _retry(self, uri: str, now: float) -> bool:
         """Whether names of the document's question are still unanswered after RETRY_S."""

@@ -196,7 +196,8 @@ class DGemmaServer(LanguageServer):
         self.completer = Completer(engine, self.scheduler, self.cache)
         self.crossfile = WorkspaceContext(self.documents)
         self.completer.cross_file = self.crossfile.snippets
-        self.editor_definitions = EditorDefinitions(lambda method, params: self.protocol.send_request_async(method, params))
+        self.editor_definitions = EditorDefinitions(lambda method, params: self.protocol.send_request_async(method, params),
+                                                    self.documents.worker.post)
         self.crossfile.editor_found = self.editor_definitions.found
         self.next_edits = NextEditor(engine, self.scheduler)
         self.stats = StatsRecorder()

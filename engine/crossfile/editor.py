@@ -22,6 +22,7 @@ Knows the engine's snippet type; knows nothing of LSP, editors or tree-sitter. L
 from __future__ import annotations
 
 import builtins
+import functools
 import keyword
 import os
 import re
@@ -85,6 +86,10 @@ _GENERIC = {
 
 _SKIP = {language: frozenset(_COMMON | words) for language, words in _KEYWORDS.items()}
 _SKIP_GENERIC = frozenset(_COMMON | _GENERIC)
+
+
+_tokens = functools.lru_cache(maxsize=4096)(approx_token_count)
+"""Memoized: the same definitions are placed again at every keystroke."""
 
 
 class NearName(msgspec.Struct, frozen=True):
@@ -203,7 +208,7 @@ def choose(found: Sequence[tuple[str, tuple[EditorDefinition, ...]]], chosen: tu
             if definition.path == current or path == current_shown or not definition.text.strip() or any(
                     definition.start_line < end and start < definition.end_line for start, end in shown.get(path, ())):
                 continue
-            tokens = approx_token_count(definition.text)
+            tokens = _tokens(definition.text)
             cost = tokens + (0 if path in shown else HEADER_TOKENS)
             if cost > left:
                 continue

@@ -15,15 +15,18 @@ other language servers, never dgemma-lsp itself) and sends, per definition, its 
 text of `maxLines` lines from the location's first line (the editor has the files, open or not).
 The server reads `range.start.line` and `text` only.
 
-Off the keystroke's path: nothing waits for the answer. It is remembered per document and name
-(`invoice.total`) and used by every prompt whose lines around the cursor use that name, the
-first such prompt after the answer arrives included; a name is asked again after REFRESH_S, one
+Off the keystroke's path: on the event loop a keystroke costs a comparison of the text around the
+cursor's line with the previous one; when it changed, the names are parsed on the syntax worker,
+ahead of the prompt that reads them, and the question goes out from the loop. Nothing waits for
+the answer. It is remembered per document and name (`invoice.total`) and used by every prompt
+whose lines around the cursor use that name, the first such prompt after the answer arrives
+included; a name is asked again after REFRESH_S, one
 the editor did not know (null: its language server was still starting) after RETRY_S.
 One request is in flight at a time; newer questions wait behind it, the newest per document
 only. An error, garbage or no answer within TIMEOUT_S costs one log line and nothing else
 (the completion never depended on it; a late answer is still used); after MAX_FAILURES in a row
-the server stops asking for the session. Knows lsprotocol's positions and the documents' line
-index; the choice of names and of what the prompt shows is engine/crossfile/editor.py's.
+the server stops asking for the session. Knows the request's JSON shapes, the documents' line
+index and the syntax worker; the choice of names and of what the prompt shows is engine/crossfile/editor.py's.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ it), a class of the workspace (the index finds it too: shown once), and a name o
 itself (the window shows it: never a snippet). The snippets of each prompt are read back with
 `dgemma.contextSnippets`. Clients that answer with an error, with garbage or too late lose nothing
 but the editor's snippets (one log line each); a client that does not advertise is never asked.
+Last, the server's placing of a definition named by its real path in a workspace opened through a
+symbolic link (as VS Code's TypeScript support names them), on a real link on disk.
 """
 
 from __future__ import annotations
@@ -30,6 +32,11 @@ from lsp_session import (
 )
 from lsprotocol import types as lsp
 from pytest_lsp import ClientServerConfig, LanguageClient
+
+from dgemma_lsp.engine.api import InfillContext
+from dgemma_lsp.engine.crossfile.editor import EditorDefinition
+from dgemma_lsp.server.documents import DocumentStore
+from dgemma_lsp.server.workspace import WorkspaceContext
 
 WORKSPACE = Path(tempfile.mkdtemp(prefix="dgemma-editor-defs-"))
 LIBRARY = Path(tempfile.mkdtemp(prefix="dgemma-site-packages-"))
@@ -263,3 +270,27 @@ async def test_a_client_that_does_not_advertise_is_never_asked(plain_client):
     snippets = await until(client, lambda found: any(s["source"] == "definition" for s in found))
     await snippets_at(client, lsp.Position(line=6, character=4))  # another line: another question, if any
     assert client.asked == [] and not editor_snippets(snippets)
+
+
+def test_a_definition_named_by_its_real_path_is_shown_relative_to_a_workspace_opened_through_a_link(tmp_path):
+    """Editors name files by their real path (VS Code's TypeScript support does) while the workspace
+    folder may have been opened through a symbolic link: the snippet is still shown relative to it,
+    and a definition in the current file, named either way, is never shown."""
+    real = tmp_path / "real"
+    (real / "lib").mkdir(parents=True)
+    (real / "lib" / "payments.py").write_text(PAYMENTS)
+    (real / "report.py").write_text(REPORT)
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    documents = DocumentStore()
+    context = WorkspaceContext(documents)
+    try:
+        context.open_workspace(link.as_uri())
+        charge = EditorDefinition(str(real / "lib" / "payments.py"), 3, 5, 'def charge(invoice, currency="EUR", *,')
+        itself = EditorDefinition(str(real / "report.py"), 5, 6, "def summary(invoice: Invoice) -> str:")
+        context.editor_found = lambda uri: [("payments.charge", (charge,)), ("summary", (itself,))]
+        snippets = context.snippets((link / "report.py").as_uri(), "python",
+                                    InfillContext(prefix="", suffix="", language="python"), 512)
+        assert [(s.path, s.source, s.start_line) for s in snippets] == [("lib/payments.py", "editor", 3)]
+    finally:
+        documents.worker.close()

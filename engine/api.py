@@ -74,10 +74,12 @@ class CrossFileSnippet(msgspec.Struct, frozen=True, kw_only=True):
     """First line shown, 0-based."""
     end_line: int
     """Line one past the last line shown, 0-based."""
-    source: Literal["definition", "open-document", "recent"]
+    source: Literal["definition", "open-document", "recent", "editor"]
     """definition: what a name near the cursor resolves to (signatures, docstrings, fields);
     open-document: the window of another open file most like the code at the cursor;
-    recent: a range recently edited or viewed in another file."""
+    recent: a range recently edited or viewed in another file;
+    editor: the header of a definition the editor's other language servers found for a name near
+    the cursor (engine/crossfile/editor.py)."""
     score: float
     """How strongly it was chosen (its source's own scale; higher is better)."""
     tokens: int

@@ -5,7 +5,8 @@ Implements initialize (position-encoding negotiation, settings), document sync
 codeAction/resolve ("Rewrite selection"), workspace/executeCommand
 (`dgemma.rewriteSelection`, `dgemma.status`, `dgemma.reloadModel`), workspace/didChangeConfiguration,
 and the custom messages documented in docs/protocol.md (`dgemma/draft`,
-`dgemma/status`, `dgemma/didShowCompletion`, `dgemma/didPartiallyAcceptCompletion`).
+`dgemma/status`, `dgemma/didShowCompletion`, `dgemma/didPartiallyAcceptCompletion`, and the
+server->client request `dgemma/definitions` to clients that advertise it: editor_definitions.py).
 
 Each handler translates LSP values to str offsets and plain values, delegates
 (to documents.py, completions.py), and translates back. Bad input is answered
@@ -33,10 +34,12 @@ from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import EngineStatus
 from dgemma_lsp.engine.client import EngineClient
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
+from dgemma_lsp.engine.syntax.languages import normalize_language
 
 from . import inline_edit_lsp
 from .completions import PRIORITY_TYPING, PRIORITY_WAITING, Completer, Selected, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
+from .editor_definitions import EditorDefinitions, client_supports
 from .inline_edits import NextEditor
 from .line_endings import line_ending, with_line_ending
 from .loop_monitor import LoopMonitor
@@ -193,6 +196,9 @@ class DGemmaServer(LanguageServer):
         self.completer = Completer(engine, self.scheduler, self.cache)
         self.crossfile = WorkspaceContext(self.documents)
         self.completer.cross_file = self.crossfile.snippets
+        self.editor_definitions = EditorDefinitions(lambda method, params: self.protocol.send_request_async(method, params),
+                                                    self.documents.worker.post)
+        self.crossfile.editor_found = self.editor_definitions.found
         self.next_edits = NextEditor(engine, self.scheduler)
         self.stats = StatsRecorder()
         self._pending_problems: list[str] = []
@@ -424,6 +430,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.apply_settings(params.initialization_options, show_problems=False)
         folders = params.workspace_folders or []
         ls.crossfile.open_workspace(folders[0].uri if folders else params.root_uri)
+        ls.editor_definitions.enabled = client_supports(params.capabilities.experimental)
 
     @server.feature(lsp.INITIALIZED)
     async def initialized(ls: DGemmaServer, params: lsp.InitializedParams) -> None:
@@ -471,6 +478,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.scheduler.supersede(params.text_document.uri)
         ls.documents.close(params.text_document.uri)
         ls.crossfile.closed(params.text_document.uri)
+        ls.editor_definitions.forget(params.text_document.uri)
         ls.completer.last_cross_file.pop(params.text_document.uri, None)
         ls.cache.clear(params.text_document.uri)
         ls.next_edits.document_closed(params.text_document.uri)
@@ -500,6 +508,10 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
             selected = Selected(start, end, info.text)
         on_draft = draft_sink(ls, document, params.position) if ls.settings.drafts else None
         ls.crossfile.viewed(document.uri, params.position.line)
+        if ls.editor_definitions.enabled and ls.settings.cross_file_budget > 0:
+            # Not awaited: the answer serves this prompt only if it comes first, else the next ones.
+            ls.editor_definitions.cursor(document.uri, normalize_language(document.language_id), document.lines,
+                                         params.position.line, ls.encoding)
         lines = document.lines  # the answer's positions refer to the text as of this request
         started = time.perf_counter()
         result = await ls.completer.complete(

@@ -6,7 +6,8 @@ rule as a document's catch-up parse, server/documents.py), so it never competes 
 keystroke; open documents are re-read into it when the client is quiet after a change or
 at once on save; `workspace/didChangeWatchedFiles` re-reads or drops files from disk. Every
 index access runs on the worker (the index has one owner). Also notes the lines the user
-edits and views (the recent-ranges ring) and hands the open documents to the sources.
+edits and views (the recent-ranges ring) and hands the open documents to the sources, and
+adds the editor's definitions (server/editor_definitions.py) to what the sources chose.
 Knows URIs, the document store and the engine's crossfile room; knows nothing of pygls.
 """
 
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from urllib.parse import unquote, urlparse
 
 from dgemma_lsp.engine.api import CrossFileSnippet, InfillContext
+from dgemma_lsp.engine.crossfile.editor import EditorDefinition, choose
 from dgemma_lsp.engine.crossfile.gather import CrossFileSources
 from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
 from dgemma_lsp.engine.crossfile.neighbours import OpenFile, RecentRanges
@@ -25,6 +28,9 @@ from dgemma_lsp.engine.syntax.languages import normalize_language
 from .documents import DocumentStore, SyntaxWorker
 
 log = logging.getLogger(__name__)
+
+EDITOR_SHARE = 0.3
+"""Of the cross-file budget, kept for the editor's definitions (when it has found any near the cursor)."""
 
 
 def uri_to_path(uri: str) -> str | None:
@@ -47,6 +53,13 @@ class WorkspaceContext:
         self._dirty: set[str] = set()
         self._update_posted = False
         self._build_posted = False
+        self.editor_found: Callable[[str], list[tuple[str, tuple[EditorDefinition, ...]]]] | None = None
+        """The editor's definitions for the names near a document's cursor (server/editor_definitions.py);
+        None: a client that does not answer `dgemma/definitions`."""
+        self._editor_shown: dict[str, tuple] = {}
+        self._shown_paths: dict[str, str] = {}
+        self._real_root = ""
+        """Per document, the editor's definitions its latest prompt showed (logged when they change)."""
 
     # -- event loop side -----------------------------------------------------------------------
 
@@ -56,6 +69,7 @@ class WorkspaceContext:
         if root is None or not os.path.isdir(root):
             return
         self.index = WorkspaceIndex(root)
+        self._real_root = os.path.realpath(root)
         self.sources.index = self.index
         self._post_build()
 
@@ -82,6 +96,7 @@ class WorkspaceContext:
     def closed(self, uri: str) -> None:
         path = uri_to_path(uri)
         self._dirty.discard(uri)
+        self._editor_shown.pop(uri, None)
         if path is not None and self.index is not None:
             index = self.index
             self.worker.post(lambda: index.update(path))  # back to what is on disk
@@ -110,8 +125,40 @@ class WorkspaceContext:
     # -- worker side ------------------------------------------------------------------------------
 
     def snippets(self, uri: str, language: str, context: InfillContext, budget: int) -> tuple[CrossFileSnippet, ...]:
-        """On the worker: the snippets for a prompt of `uri` (prepare_infill's cross_file provider)."""
-        return self.sources.snippets(uri_to_path(uri) or uri, language, context, budget)
+        """On the worker: the snippets for a prompt of `uri` (prepare_infill's cross_file provider).
+
+        The editor's definitions, when it found any for the names near the cursor, come after the
+        other sources' choice, in what that left of the budget and at least EDITOR_SHARE of it,
+        skipping what those already show (engine/crossfile/editor.py)."""
+        path = uri_to_path(uri) or uri
+        found = self.editor_found(uri) if self.editor_found is not None else []
+        if not found:
+            return self.sources.snippets(path, language, context, budget)
+        chosen = self.sources.snippets(path, language, context, budget - int(budget * EDITOR_SHARE))
+        extra = choose(found, chosen, budget, path, self._shown_path)
+        shown = tuple((s.path, s.start_line, s.text.split("\n")[0][:100]) for s in extra)
+        if self._editor_shown.get(uri, ()) != shown:  # once per change, not per keystroke
+            self._editor_shown[uri] = shown
+            log.info("prompts of %s show the editor's definitions: %s", uri,
+                     "; ".join(f"{p}:{line + 1} {text!r}" for p, line, text in shown) or "none")
+        return chosen + extra
+
+    def _shown_path(self, path: str) -> str:
+        """`path` relative to the workspace folder when inside it, else as given. The editor may name a
+        file by its real path while the folder was opened through a symbolic link (memoized: the
+        editor's definitions are placed on every keystroke)."""
+        if self.index is None:
+            return path
+        shown = self._shown_paths.get(path)
+        if shown is None:
+            shown = self.index.relative(path)
+            real = os.path.realpath(path)
+            if shown == path and self._real_root and real.startswith(self._real_root + os.sep):
+                shown = os.path.relpath(real, self._real_root).replace(os.sep, "/")
+            if len(self._shown_paths) > 4096:
+                self._shown_paths.clear()
+            self._shown_paths[path] = shown
+        return shown
 
     def _post_build(self) -> None:
         if not self._build_posted:

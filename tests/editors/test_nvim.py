@@ -1,9 +1,10 @@
 """Real Neovim (0.11 and 0.12, headless) driving the dgemma plugin against `dgemma-lsp --stdio --model tiny`.
 
 The scenarios live in editors/nvim/tests/scenarios.lua (typed keys, ghost text read back from
-extmarks, accept / word / line / dismiss, rewrite of a visual selection, checkhealth); this file
-only provides the editors (`make tools` installs them into .tools/), a scratch folder and the
-server command, and reports Neovim's own verdict. Nothing here knows the plugin's internals.
+extmarks, accept / word / line / dismiss, rewrite of a visual selection, the definitions a second
+real language server (pylsp) finds reaching the prompt, checkhealth); this file only provides the
+editors (`make tools` installs them into .tools/), a scratch folder, the server command and pylsp's,
+and reports Neovim's own verdict. Nothing here knows the plugin's internals.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ def _server_command() -> list[str]:
     return [executable, "--stdio", "--model", "tiny", "--engine", "inprocess"]
 
 
+def _pylsp() -> str:
+    script = Path(sys.executable).with_name("pylsp")
+    executable = str(script) if script.exists() else shutil.which("pylsp")
+    assert executable, "pylsp is not installed (python-lsp-server, in the dev extras: make test installs it)"
+    return executable
+
+
 @pytest.mark.parametrize("version", ["0.11", "0.12"])
 def test_nvim_scenarios(version: str, tmp_path: Path) -> None:
     nvim = REPO / ".tools" / "bin" / f"nvim-{version}"
@@ -52,6 +60,8 @@ def test_nvim_scenarios(version: str, tmp_path: Path) -> None:
         "DGEMMA_NVIM_CMD": json.dumps(command),
         "DGEMMA_NVIM_WORKDIR": str(workdir),
         "DGEMMA_NVIM_TIMEOUT_S": str(TIMEOUT_S - 30),
+        # A second, real language server for the editor-definitions scenario (the dev extras install it).
+        "DGEMMA_NVIM_PYLSP": json.dumps([_pylsp()]),
         # Neovim's own state (lsp.log, shada) stays in the scratch folder.
         "XDG_STATE_HOME": str(tmp_path / "state"),
         "XDG_CONFIG_HOME": str(tmp_path / "config"),

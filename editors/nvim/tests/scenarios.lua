@@ -1,6 +1,7 @@
 --- Headless end-to-end scenarios of the dgemma plugin against the real server (tiny model).
 --- Run: nvim --headless -u NONE -i NONE -c 'luafile editors/nvim/tests/scenarios.lua'
---- Environment: DGEMMA_NVIM_CMD (JSON list: the server command), DGEMMA_NVIM_WORKDIR (a scratch
+--- Environment: DGEMMA_NVIM_CMD (JSON list: the server command), DGEMMA_NVIM_PYLSP (JSON list: pylsp,
+--- a second language server for the editor_definitions scenario), DGEMMA_NVIM_WORKDIR (a scratch
 --- folder), DGEMMA_NVIM_TIMEOUT_S (global timeout, default 240), DGEMMA_NVIM_ONLY (one scenario),
 --- DGEMMA_NVIM_BUILTIN=0 (0.12 without vim.lsp.inline_completion), DGEMMA_NVIM_WAIT_MS (longest wait for one
 --- answer, default 30000: more on a machine shared with others).
@@ -472,6 +473,82 @@ scenarios[#scenarios + 1] = { 'next_edit_dismiss', function()
   check(require('dgemma').next_edit() == nil, 'a dismissed edit is still current')
   check(buffer_text() == before, 'dismissing changed the buffer')
   check(api.nvim_get_mode().mode == 'n', 'left normal mode')
+end }
+
+--- Sends `method` with the client's own request (not request_sync: the server's requests to the
+--- plugin must keep flowing while this waits) and returns its result.
+local function request(c, method, params, bufnr)
+  local done, answer = false, nil
+  c:request(method, params, function(err, result)
+    check(not err, '%s failed: %s', method, vim.inspect(err))
+    done, answer = true, result
+  end, bufnr)
+  wait_for(method, function() return done end)
+  return answer
+end
+
+scenarios[#scenarios + 1] = { 'editor_definitions', function()
+  -- A second, real language server (pylsp) beside dgemma-lsp on a file that calls into a vendored
+  -- module: the workspace index skips vendor/, so the definition of `charge` can reach the prompt
+  -- only through the plugin's answer to `dgemma/definitions` (asked of pylsp, never of dgemma).
+  local pylsp = vim.json.decode((assert(os.getenv('DGEMMA_NVIM_PYLSP'), 'DGEMMA_NVIM_PYLSP is not set')))
+  type_keys('<Esc>')
+  wait_for('normal mode', function() return api.nvim_get_mode().mode == 'n' end)
+  vim.fn.mkdir(workdir .. '/vendor', 'p')
+  vim.fn.writefile({}, workdir .. '/vendor/__init__.py')
+  vim.fn.writefile({ '"""A vendored payments client."""', '', '',
+    'def charge(invoice, currency="EUR"):', '    """Charge the invoice."""', '    return {"id": 1}' },
+    workdir .. '/vendor/payments.py')
+  vim.fn.writefile({ 'from vendor.payments import charge', '', '', 'def bill(invoice):',
+    '    receipt = charge(invoice)' }, workdir .. '/report.py')
+  vim.cmd.edit(vim.fn.fnameescape(workdir .. '/report.py'))
+  local bufnr = api.nvim_get_current_buf()
+  local other = vim.lsp.start({ name = 'pylsp', cmd = pylsp, root_dir = workdir }, { bufnr = bufnr })
+  check(other, 'pylsp did not start')
+  local c = wait_for('dgemma on report.py', function()
+    local it = vim.lsp.get_clients({ bufnr = bufnr, name = 'dgemma' })[1]
+    return it and it.initialized and it
+  end)
+  wait_for('pylsp to initialize', function()
+    local it = vim.lsp.get_client_by_id(other)
+    return it and it.initialized
+  end)
+  type_keys('GA<CR>    total = ')
+  wait_for('insert mode', in_insert_mode)
+  local uri = vim.uri_from_bufnr(bufnr)
+  local deadline = vim.uv.now() + 2 * WAIT_MS
+  local snippets, found
+  while not found do
+    check(vim.uv.now() < deadline, 'no snippet from the editor in the prompt: %s', vim.inspect(snippets))
+    -- A keystroke, as a user goes on typing: an answer that came after the previous prompt serves the
+    -- next one (a repeated request at the same text would be answered from the completion cache).
+    type_keys('x')
+    local cursor = api.nvim_win_get_cursor(0)
+    local character = require('dgemma.lsp').character(bufnr, cursor[1] - 1, cursor[2], c.offset_encoding)
+    request(c, 'textDocument/inlineCompletion', { textDocument = { uri = uri },
+      position = { line = cursor[1] - 1, character = character }, context = { triggerKind = 1 } }, bufnr)
+    snippets = request(c, 'workspace/executeCommand', { command = 'dgemma.contextSnippets', arguments = { uri } }, bufnr)
+    for _, snippet in ipairs(snippets or {}) do
+      if snippet.source == 'editor' and snippet.text:find('charge', 1, true) then
+        found = snippet
+      end
+    end
+    if not found then
+      sleep(300)
+    end
+  end
+  check(found.path == 'vendor/payments.py', 'editor snippet from %s', found.path)
+  check(found.text == 'def charge(invoice, currency="EUR"):', 'editor snippet %q', found.text)
+  check(found.startLine == 3, 'editor snippet at line %s', tostring(found.startLine))
+  for _, snippet in ipairs(snippets) do
+    check(snippet.path ~= 'report.py', 'a snippet of the file the window shows: %s', vim.inspect(snippet))
+  end
+  out(('  %s:%d from pylsp: %q'):format(found.path, found.startLine + 1, found.text))
+  type_keys('<Esc>')
+  local pylsp_client = vim.lsp.get_client_by_id(other)
+  if pylsp_client then
+    pylsp_client:stop(true)
+  end
 end }
 
 scenarios[#scenarios + 1] = { 'checkhealth', function()

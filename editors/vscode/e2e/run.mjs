@@ -318,14 +318,37 @@ const NEXT_EDIT_SOURCE = `def load(path, mode):
         return handle.read()
 `;
 
+// The editor-definitions scenario: a TypeScript file calling into a package's types under
+// node_modules/, which the server's workspace index never reads; VS Code's TypeScript support finds
+// the definition, and the extension hands it to the server (`dgemma/definitions`).
+const BILLING_SOURCE = `import { chargeInvoice } from 'payments';
+
+export function bill(total: number): number {
+  const receipt = chargeInvoice({ total }, 'EUR');
+  return receipt.id;
+}
+
+`;
+const PAYMENTS_TYPES = `export interface Receipt { id: number }
+
+export declare function chargeInvoice(invoice: { total: number }, currency: string): Receipt;
+`;
+
 const SCENARIO_FILES = {
   'ghost.py': SAMPLE, 'rewrite.py': SAMPLE, 'lightbulb.py': SAMPLE,
   'nextedit.py': NEXT_EDIT_SOURCE, 'dismiss.py': NEXT_EDIT_SOURCE,
+  'billing.ts': BILLING_SOURCE,
+  'tsconfig.json': '{ "compilerOptions": { "strict": true, "module": "commonjs", "target": "es2020" } }\n',
+  'node_modules/payments/package.json': '{ "name": "payments", "version": "1.0.0", "types": "index.d.ts" }\n',
+  'node_modules/payments/index.d.ts': PAYMENTS_TYPES,
 };
 
 /** Written before code-server starts: quick open caches its file list, so files made later may not show. */
 function writeWorkspaceFiles() {
-  for (const [name, text] of Object.entries(SCENARIO_FILES)) fs.writeFileSync(path.join(WORKSPACE, name), text);
+  for (const [name, text] of Object.entries(SCENARIO_FILES)) {
+    fs.mkdirSync(path.dirname(path.join(WORKSPACE, name)), { recursive: true });
+    fs.writeFileSync(path.join(WORKSPACE, name), text);
+  }
 }
 
 function workspaceFile(name) {
@@ -426,6 +449,33 @@ const scenarios = [
     // The server heard of it: the edit's command answered (its answer is in the server's log).
     await waitFor('the accept command to be answered', () =>
       fs.readFileSync(path.join(ARTIFACTS, 'dgemma-lsp.log'), 'utf8').includes('"result": {"accepted": true}'));
+  }],
+
+  ['the definition VS Code\'s TypeScript support finds reaches the prompt (dgemma/definitions)', async (page) => {
+    await openFile(page, 'billing.ts');
+    await waitForServerReady(page);
+    // A new line after the call: each keystroke asks for an inline completion; the server asks the
+    // extension about the names around the line (in the background), and a later prompt shows them.
+    const lines = BILLING_SOURCE.split('\n').length;
+    await goToLine(page, lines - 1);
+    await page.keyboard.type('const next = ', { delay: 30 });
+    const serverLog = path.join(ARTIFACTS, 'dgemma-lsp.log');
+    // One line per change of what the prompts show: `<path>:<line> '<first line>'` each, `; ` between.
+    const wanted = "node_modules/payments/index.d.ts:3 'export declare function chargeInvoice(";
+    const shows = () => fs.readFileSync(serverLog, 'utf8').split('\n')
+      .find((l) => l.includes("show the editor's definitions:") && l.includes(wanted));
+    const deadline = Date.now() + 150_000;
+    while (!shows()) {
+      if (Date.now() > deadline) {
+        const asked = fs.readFileSync(serverLog, 'utf8').split('\n').filter((l) => l.includes('definitions')).slice(-6);
+        throw new Error(`no prompt showed the editor's definition of chargeInvoice; the server's log says:\n${asked.join('\n')}`);
+      }
+      await page.keyboard.type('x', { delay: 30 }); // the next prompt uses an answer that came meanwhile
+      await page.waitForTimeout(1_000);
+    }
+    const shown = shows();
+    log(`server: ${shown.slice(shown.indexOf('prompts of'))}`);
+    await shoot(page, 'editor-definitions');
   }],
 
   ['Escape dismisses a next edit: it goes and the text stays', async (page) => {

@@ -4,15 +4,17 @@
  * Inline completions, code actions ("Rewrite selection" in the lightbulb) and
  * the server's commands come through vscode-languageclient as plain LSP. This
  * file adds only what LSP does not carry: drafts while denoising, the status
- * bar, the palette command, settings pushes, and next-edit suggestions (nextEdit.ts:
- * Copilot's `textDocument/copilotInlineEdit`, drawn with decorations). Model logic
- * lives in the server.
+ * bar, the palette command, settings pushes, next-edit suggestions (nextEdit.ts:
+ * Copilot's `textDocument/copilotInlineEdit`, drawn with decorations) and the answer to the
+ * server's `dgemma/definitions` request (definitions.ts: what the other language extensions
+ * find for the names near the cursor). Model logic lives in the server.
  */
 import * as vscode from 'vscode';
 import {
   DidChangeConfigurationNotification, ExecuteCommandRequest, LanguageClient,
   LanguageClientOptions, ServerOptions, State,
 } from 'vscode-languageclient/node';
+import { DEFINITIONS_REQUEST, EditorDefinitionsCapability, answerDefinitions } from './definitions';
 import { DraftParams, DraftRenderer } from './drafts';
 import { NextEdits } from './nextEdit';
 import { affectsServerLaunch, resolveServer, serverSettings } from './settings';
@@ -95,7 +97,11 @@ async function start(output: vscode.LogOutputChannel, status: StatusItem, drafts
       },
     },
   };
-  client = new LanguageClient('dgemma', 'DiffusionGemma', serverOptions, clientOptions);
+  const started = new LanguageClient('dgemma', 'DiffusionGemma', serverOptions, clientOptions);
+  client = started;
+  const editorDefinitions = vscode.workspace.getConfiguration('dgemma').get<boolean>('editorDefinitions', true);
+  started.registerFeature(new EditorDefinitionsCapability(editorDefinitions));
+  started.onRequest(DEFINITIONS_REQUEST, (params) => answerDefinitions(started, params));
   client.onNotification('dgemma/draft', (params: DraftParams) => drafts.show(params));
   client.onNotification('dgemma/status', (params: ServerStatus) => status.update(params));
   // The drafts of a next edit are not drawn: the decorations show only the final edit.

@@ -31,7 +31,8 @@ export function serverSettings(): Record<string, unknown> {
 
 /** True when a change touches how the server is started (needs a restart, not a settings push). */
 export function affectsServerLaunch(event: vscode.ConfigurationChangeEvent): boolean {
-  return event.affectsConfiguration('dgemma.server');
+  // Whether the extension answers `dgemma/definitions` is a client capability, sent at start only.
+  return event.affectsConfiguration('dgemma.server') || event.affectsConfiguration('dgemma.editorDefinitions');
 }
 
 export interface ServerLaunch { command: string; args: string[] }

@@ -40,6 +40,10 @@ M.defaults = {
     accept_line = '<M-C-Right>', -- accept up to the end of the suggestion's current line
     dismiss = '<C-]>', -- hide the suggestion and cancel pending requests
   },
+  -- Answer the server's `dgemma/definitions` request with what the buffer's other language servers
+  -- find for the names near the cursor (definitions' first lines go into the prompt, docs/context.md).
+  -- false: the server never asks; `settings = { crossFile = false }` sends no other file at all.
+  editor_definitions = true,
   -- Next-edit suggestions (docs/next-edit.md), in normal mode: asked for once the buffer has been
   -- left alone for `debounce_ms` after an edit; `keymaps.accept` jumps to the edit, then applies it;
   -- `keymaps.dismiss` dismisses it (never shown again). Without an edit the keys do what they did.

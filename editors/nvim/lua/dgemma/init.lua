@@ -2,8 +2,10 @@
 --- offers accept / accept_word / accept_line / dismiss, next edits (accept_next_edit / dismiss_next_edit),
 --- `:DGemmaRewrite` and `:checkhealth dgemma`.
 --- This module wires things together; the work is in dgemma.inline (requests, drafts), dgemma.nextedit,
---- dgemma.suggestion (ghost text state, partial accept), dgemma.rewrite and dgemma.health.
+--- dgemma.suggestion (ghost text state, partial accept), dgemma.rewrite, dgemma.definitions (the other
+--- language servers' definitions the server asks for) and dgemma.health.
 local config = require('dgemma.config')
+local definitions = require('dgemma.definitions')
 local dlsp = require('dgemma.lsp')
 local ghost = require('dgemma.ghost')
 local inline = require('dgemma.inline')
@@ -148,9 +150,12 @@ function M.setup(opts)
     root_markers = cfg.root_markers,
     init_options = cfg.settings,
     settings = { dgemma = cfg.settings },
+    -- Deep-merged into Neovim's own capabilities: says the plugin answers `dgemma/definitions`.
+    capabilities = { experimental = { dgemmaDefinitions = cfg.editor_definitions ~= false } },
     handlers = {
       ['dgemma/draft'] = inline.on_draft,
       ['dgemma/status'] = on_status,
+      ['dgemma/definitions'] = definitions.handle,
     },
   }
   vim.lsp.enable(dlsp.name)

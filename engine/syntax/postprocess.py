@@ -72,7 +72,7 @@ def finish_text(raw: str, context: InfillContext, plan: HolePlan) -> FinishedTex
     prefix, suffix = context.prefix, context.suffix
     line_before = prefix[prefix.rfind("\n") + 1:]
     rest_of_line = suffix.split("\n", 1)[0]
-    text = _strip_repeated_prefix(text, prefix, line_before)
+    text = _strip_repeated_prefix(text, prefix, line_before, rest_of_line)
     text = _cut_degenerate(text)
     if not text.strip():
         return EMPTY
@@ -280,17 +280,23 @@ def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_l
 # --- repetition ---------------------------------------------------------------------------
 
 
-def _strip_repeated_prefix(text: str, prefix: str, line_before: str) -> str:
-    """Drop a copy of the cursor line's prefix, or of the last lines before it, at the text's start."""
+def _strip_repeated_prefix(text: str, prefix: str, line_before: str, rest_of_line: str = "") -> str:
+    """Drop a copy of the cursor line's prefix, or of the last lines before it, at the text's start.
+
+    Not where the line balances its brackets only with the copy kept: after a lone `[`, the answer
+    `[bin]]` is TOML's `[[bin]]` (kept), `[package]` a copy of the `[` (dropped)."""
     stripped_before = line_before.strip()
     if stripped_before:
         if text.startswith(line_before):
+            if _balances_only_kept(line_before, text, len(line_before), rest_of_line):
+                return text
             return text[len(line_before):]
         body = text.lstrip(" \t")
         if body.startswith(stripped_before):
             after = body[len(stripped_before):]
             joins_word = _IDENT.match(stripped_before[-1]) and after[:1] and _IDENT.match(after[0])
-            if not joins_word and len(stripped_before) >= 2:
+            if not joins_word and len(stripped_before) >= 2 and \
+                    not _balances_only_kept(line_before, body, len(stripped_before), rest_of_line):
                 return after.lstrip(" \t") if line_before.endswith((" ", "\t")) else after
     # Last few code lines of the prefix repeated at the start (models restate context).
     raw_previous = [line.rstrip() for line in prefix.split("\n")[-6:-1] if line.strip()]
@@ -310,6 +316,27 @@ def _strip_repeated_prefix(text: str, prefix: str, line_before: str) -> str:
                 rest[0] = rest[0].lstrip()[len(stripped_before):]
             return "\n".join(rest)
     return text
+
+
+def _balances_only_kept(line_before: str, text: str, copy_chars: int, rest_of_line: str) -> bool:
+    """Whether the cursor's line balances its brackets with the text's first `copy_chars` kept and
+    not with them dropped: then they are the answer, not a copy of the line (a one-line answer is
+    read with the rest of the line, whose closers it may need)."""
+    first = text.split("\n", 1)[0]
+    tail = rest_of_line if "\n" not in text else ""
+    return _balanced(line_before + first + tail) and not _balanced(line_before + first[copy_chars:] + tail)
+
+
+def _balanced(line: str) -> bool:
+    depth = 0
+    for _, c in code_chars(line):
+        if c in OPENERS:
+            depth += 1
+        elif c in CLOSERS:
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
 
 
 def _cut_degenerate(text: str) -> str:

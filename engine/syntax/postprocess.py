@@ -283,7 +283,7 @@ def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_l
 def _strip_repeated_prefix(text: str, prefix: str, line_before: str, rest_of_line: str = "") -> str:
     """Drop a copy of the cursor line's prefix, or of the last lines before it, at the text's start.
 
-    Not where the line balances its brackets only with the copy kept: after a lone `[`, the answer
+    Not where a line of openers balances its brackets only with the copy kept: after a lone `[`, the answer
     `[bin]]` is TOML's `[[bin]]` (kept), `[package]` a copy of the `[` (dropped)."""
     stripped_before = line_before.strip()
     if stripped_before:
@@ -319,9 +319,13 @@ def _strip_repeated_prefix(text: str, prefix: str, line_before: str, rest_of_lin
 
 
 def _balances_only_kept(line_before: str, text: str, copy_chars: int, rest_of_line: str) -> bool:
-    """Whether the cursor's line balances its brackets with the text's first `copy_chars` kept and
-    not with them dropped: then they are the answer, not a copy of the line (a one-line answer is
-    read with the rest of the line, whose closers it may need)."""
+    """Whether the cursor's line, openers only before the cursor (`[`, `  ({`), balances its
+    brackets with the text's first `copy_chars` kept and not with them dropped: then they are the
+    answer, not a copy of the line (a one-line answer is read with the rest of the line, whose
+    closers it may need). Only there: a line with more before the cursor often continues brackets
+    opened on the lines above, and a copy of its text is a copy."""
+    if not all(c in OPENERS for c in line_before.strip()):
+        return False
     first = text.split("\n", 1)[0]
     tail = rest_of_line if "\n" not in text else ""
     return _balanced(line_before + first + tail) and not _balanced(line_before + first[copy_chars:] + tail)

@@ -9,7 +9,7 @@ from dgemma_lsp.bench.oracle import TARGETS, Hole, answers, rebuilds, run_oracle
 
 SAMPLE = Path(__file__).parents[1] / "data" / "oracle"
 SAMPLED = ("c", "cpp", "go", "java", "javascript", "lua", "python", "rust", "tsx", "typescript",
-           "csharp", "ruby", "php", "json", "css")
+           "csharp", "ruby", "php", "json", "css", "scala")
 
 
 def test_the_committed_sample_meets_the_targets_in_every_language():

@@ -25,6 +25,8 @@ from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
 _REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
 _IDENT = re.compile(r"\w")
+_LOOP_COPIES = 16
+"""Copies of a repeated run that are a loop wherever they stand (8 are one only at the text's end)."""
 MAX_PLAIN_LINES = 8
 """Plain text's cap when the plan has none (planning gives 8)."""
 MAX_PLAIN_BODY_LINES = 32
@@ -358,8 +360,14 @@ def _cut_degenerate(text: str) -> str:
             break
     pos = 0
     while (run := _REPEATED_RUN.search(text, pos)) is not None:
-        if run.group(1).strip():
-            return text[: run.start() + len(run.group(1))]
+        unit = run.group(1)
+        rest = text[run.end():]
+        # A loop runs to the end of the text (the budget stops it, maybe mid-copy); a run that
+        # stops and gives way to other text is data unless it is long (a word list's `, Vajnorská`
+        # nine times in a YAML flow sequence).
+        looped = unit.startswith(rest.rstrip()) or len(run.group(0)) >= _LOOP_COPIES * len(unit)
+        if unit.strip() and looped:
+            return text[: run.start() + len(unit)]
         # Whitespace repeated is indentation (16 spaces are "  " eight times), not a loop.
         pos = run.end()
     return text

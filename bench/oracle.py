@@ -28,8 +28,9 @@ Answers (variants) for each hole:
   previous code line) repeated before the truth.
 
 Pass: the finished top candidate, inserted at the cursor in place of the `replace_chars` it
-replaces, rebuilds the original file: exactly where indentation is syntax (INDENT_SYNTAX), with
-whitespace ignored between tokens elsewhere; CRLF and LF count as the same line end (an editor
+replaces, rebuilds the original file: exactly where indentation is syntax (INDENT_SYNTAX; but for
+spaces at a line's end, which the pipeline trims and no grammar reads), with whitespace
+ignored between tokens elsewhere; CRLF and LF count as the same line end (an editor
 inserts text in its own line ends). Files are read as they are, except that, to cover what
 editors see, every fifth file is read with CRLF line ends, every fifth (offset by two) with
 its indentation in tabs, and every fifth (offset by four) with a line of non-ASCII text at
@@ -353,13 +354,14 @@ def top_level_declaration(doc: SyntaxDocument) -> str | None:
 
 
 _SPACE = re.compile(r"\s+")
+_SPACE_AT_EOL = re.compile(r"[ \t]+\n")
 _SPACE_AT_PUNCT = re.compile(r" (?=\W)|(?<=\W) ")
 
 
 def _normal(text: str, exact: bool) -> str:
     text = text.replace("\r\n", "\n")
     if exact:
-        return text
+        return _SPACE_AT_EOL.sub("\n", text)
     return _SPACE_AT_PUNCT.sub("", _SPACE.sub(" ", text))
 
 

@@ -41,6 +41,10 @@ def test_a_wrong_or_misindented_answer_does_not_rebuild():
     assert not rebuilds(original, hole, "x = 1\n  y", 0, exact=True)
     assert rebuilds(original, hole, "x  =  1", 0, exact=False)
     assert not rebuilds(original, hole, "x  =  1", 0, exact=True)
+    trailing = "a:\n  b: \n  c: 1\n"  # spaces at a line's end: the pipeline trims them, no grammar reads them
+    line_hole = Hole("multi-line", trailing.index("b"), trailing.index(" 1"))
+    assert rebuilds(trailing, line_hole, "b:\n  c:", 0, exact=True)
+    assert not rebuilds(trailing, line_hole, "b:\n c:", 0, exact=True)
 
 
 def test_the_answers_of_a_nested_hole():

@@ -119,9 +119,13 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
             text = text.rstrip(" \t")
         return text, 0
     if closer in CLOSERS:
-        stop = first_unmatched_closer(text)
+        # The cursor in a quote (`['a', '|]`, `$( "|)` in an HTML page's script): the text's
+        # brackets count after the quote closes in it.
+        stop = _first_closer_after(line_before, text) if _in_quote(line_before) else None
         if stop is None:
-            stop = _first_closer_after(line_before, text)  # `['a', '|]`: the cursor in a quote
+            stop = first_unmatched_closer(text)
+        if stop is None:
+            stop = _first_closer_after(line_before, text)
     else:
         stop = _first_unescaped(text, closer)
     newline = text.find("\n")
@@ -400,6 +404,14 @@ def _first_closer_after(line_before: str, text: str) -> int | None:
                 return i - len(line_before)
             depth -= 1
     return None
+
+
+def _in_quote(line_before: str) -> bool:
+    """Whether the cursor's line leaves a quote open (or a comment) at the cursor."""
+    last = None
+    for last, _ in code_chars(line_before + "("):
+        pass
+    return last != len(line_before)
 
 
 def _open_depth(text: str) -> int:

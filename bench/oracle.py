@@ -321,6 +321,10 @@ def _closers_ahead(truth: str, suffix: str, count: int = 2) -> list[str]:
     return found
 
 
+_FOREIGN_NODES = {"html": frozenset({"element"})}
+"""Where a language has no definitions: the nodes a foreign answer may take (a page is one `<html>`)."""
+
+
 def top_level_declaration(doc: SyntaxDocument) -> str | None:
     """A top-level declaration of 2 to 15 lines starting at column 0, or else a definition
     (`languages.DEFINITION_TYPES`) of that size from deeper in, moved to column 0; or None."""
@@ -334,7 +338,7 @@ def top_level_declaration(doc: SyntaxDocument) -> str | None:
             continue
         if 2 <= _rows(doc.text, start, end) <= 15:
             return doc.text[start:end]
-    definitions = DEFINITION_TYPES.get(doc.language, frozenset())
+    definitions = DEFINITION_TYPES.get(doc.language) or _FOREIGN_NODES.get(doc.language, frozenset())
     stack = [doc.tree.root_node]
     while stack:
         node = stack.pop()

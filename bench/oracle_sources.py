@@ -103,8 +103,12 @@ SOURCES: tuple[Source, ...] = (
            ("usr/share/rubygems-integration/all/gems/faker-*/lib/locales/**/*.yml",)),
     Source("rust-src-cargo-toml", "apt", "rust-src", "MIT OR Apache-2.0",
            ("usr/src/rustc-*/**/Cargo.toml", "usr/src/rustc-*/config.toml.example")),
-    Source("bootstrap5-examples", "apt", "libjs-bootstrap5-doc", "MIT (Bootstrap's documentation examples)",
-           ("usr/share/doc/libjs-bootstrap5/examples/*/index.html",)),
+    # HTML: jQuery UI's demos, hand-written pages (inline scripts and styles too), CC0 as Debian's
+    # copyright file says of demos/*. (Bootstrap's example pages, the first HTML source, are Hugo
+    # templates: `{{< placeholder ... >}}` shortcodes are not HTML and made holes no editor sees.)
+    Source("jquery-ui-demos", "apt", "libjs-jquery-ui-docs", "CC0-1.0 (jQuery UI's demos)",
+           ("usr/share/doc/libjs-jquery-ui-docs/examples/*/*.html",),
+           exclude=("usr/share/doc/libjs-jquery-ui-docs/examples/*/index.html",)),
     # Scala: Debian's scala source package (the 2.11.12 upstream tarball): the standard library.
     Source("scala-library-src", "apt-source", "scala", "BSD-3-Clause",
            ("scala-*/src/library/scala/*.scala", "scala-*/src/library/scala/collection/*.scala",

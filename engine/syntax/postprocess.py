@@ -408,10 +408,8 @@ def _first_closer_after(line_before: str, text: str) -> int | None:
 
 def _in_quote(line_before: str) -> bool:
     """Whether the cursor's line leaves a quote open (or a comment) at the cursor."""
-    last = None
-    for last, _ in code_chars(line_before + "("):
-        pass
-    return last != len(line_before)
+    sentinel = len(line_before)
+    return all(i != sentinel for i, _ in code_chars(line_before + "("))
 
 
 def _open_depth(text: str) -> int:

@@ -25,6 +25,8 @@ from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
 _REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
 _IDENT = re.compile(r"\w")
+_LONG_LINE_CUT = 200
+"""A cursor line at least this long, alone in the context's prefix, may have been cut by the budget."""
 _LOOP_COPIES = 16
 """Copies of a repeated run that are a loop wherever they stand (8 are one only at the text's end)."""
 MAX_PLAIN_LINES = 8
@@ -292,6 +294,12 @@ def _strip_repeated_prefix(text: str, prefix: str, line_before: str, rest_of_lin
     Not where a line of openers balances its brackets only with the copy kept: after a lone `[`, the answer
     `[bin]]` is TOML's `[[bin]]` (kept), `[package]` a copy of the `[` (dropped)."""
     stripped_before = line_before.strip()
+    if "\n" not in prefix and len(line_before) >= _LONG_LINE_CUT:
+        # The context cut the cursor's line (a 7,000-character list): a copy of the whole line
+        # ends with what the context kept of it.
+        at = text.find(line_before)
+        if at > 0 and "\n" not in text[:at]:
+            return text[at + len(line_before):]
     if stripped_before:
         if text.startswith(line_before):
             if _balances_only_kept(line_before, text, len(line_before), rest_of_line):

@@ -142,7 +142,7 @@ def _compute_stable_part(doc: SyntaxDocument, offset: int, line_start: int, line
     window_start = _choose_window_start(before, starts, int(budget * PREFIX_SHARE))
     window_end = _choose_window_end(after, ends)
     suffix_lines_tokens = after.cost_at[window_end]
-    if window_end == line_end < len(text):
+    if after.furthest == line_end < len(text):  # the next line alone is over the share
         window_end, suffix_lines_tokens = _head_of_next_line(text, line_end, int(budget * SUFFIX_SHARE))
     preamble, preamble_tokens = _build_preamble(doc, chains, window_start, window_end, int(budget * PREAMBLE_SHARE))
     # The walks counted the windows line by line: no token spans a newline, so the sums are exact.

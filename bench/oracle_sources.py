@@ -1,7 +1,8 @@
 """Where `bench oracle` gets its real code: the fetch step and the sources folder it fills.
 
 `dgemma-lsp bench oracle --fetch` downloads each source below with the ordinary client of
-its registry (`apt-get download` + `dpkg-deb -x`, `npm pack`, `pip download --no-binary`),
+its registry (`apt-get download` + `dpkg-deb -x`, `apt-get source --download-only` + the
+upstream tarball, `npm pack`, `pip download --no-binary`),
 unpacks the files the oracle reads into `<sources>/<name>/` and writes `source.json` beside
 them: the language(s), where the code came from, its licence and the globs of the files to
 read. The Python standard library is read where it is installed (no download). A source
@@ -17,7 +18,10 @@ source's "language" where the files' names carry none (bash-completion's scripts
 grammar added to LANGUAGES is covered by adding a source whose globs match its files.
 
 Needs apt-get (run `apt-get update` once first), npm and pip on PATH for the sources that use
-them; a source whose client is missing is skipped with a message. Knows nothing of holes.
+them; a source whose client is missing is skipped with a message. The Debian source packages
+(registry "apt-source": Scala, whose binary packages ship only jars) need a `deb-src` line for
+the configured Debian mirror in /etc/apt/sources.list.d/ (Types: deb-src, the same URIs and
+suite, Components: main) and `apt-get update` after it; without one they are skipped. Knows nothing of holes.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ DEFAULT_SOURCES = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
 class Source:
     name: str
     registry: str
-    """apt, npm, pip or installed (read in place)."""
+    """apt, apt-source (a Debian source package's upstream tarball), npm, pip or installed (read in place)."""
     package: str
     licence: str
     include: tuple[str, ...]
@@ -99,8 +103,18 @@ SOURCES: tuple[Source, ...] = (
            ("usr/share/rubygems-integration/all/gems/faker-*/lib/locales/**/*.yml",)),
     Source("rust-src-cargo-toml", "apt", "rust-src", "MIT OR Apache-2.0",
            ("usr/src/rustc-*/**/Cargo.toml", "usr/src/rustc-*/config.toml.example")),
-    Source("bootstrap5-examples", "apt", "libjs-bootstrap5-doc", "MIT (Bootstrap's documentation examples)",
-           ("usr/share/doc/libjs-bootstrap5/examples/*/index.html",)),
+    # HTML: jQuery UI's demos, hand-written pages (inline scripts and styles too), CC0 as Debian's
+    # copyright file says of demos/*. (Bootstrap's example pages, the first HTML source, are Hugo
+    # templates: `{{< placeholder ... >}}` shortcodes are not HTML and made holes no editor sees.)
+    Source("jquery-ui-demos", "apt", "libjs-jquery-ui-docs", "CC0-1.0 (jQuery UI's demos)",
+           ("usr/share/doc/libjs-jquery-ui-docs/examples/*/*.html",),
+           exclude=("usr/share/doc/libjs-jquery-ui-docs/examples/*/index.html",)),
+    # Scala: Debian's scala source package (the 2.11.12 upstream tarball): the standard library.
+    Source("scala-library-src", "apt-source", "scala", "BSD-3-Clause",
+           ("scala-*/src/library/scala/*.scala", "scala-*/src/library/scala/collection/*.scala",
+            "scala-*/src/library/scala/collection/immutable/*.scala",
+            "scala-*/src/library/scala/collection/mutable/*.scala",
+            "scala-*/src/library/scala/concurrent/*.scala", "scala-*/src/library/scala/util/*.scala")),
     Source("codemirror5-css", "npm", "codemirror@5.65.21", "MIT", ("package/theme/*.css", "package/lib/*.css",
                                                                     "package/addon/**/*.css")),
 )
@@ -147,6 +161,13 @@ def _fetch_one(source: Source, target: Path) -> tuple[str, str]:
             unpacked = tmp_path / "unpacked"
             _run(["dpkg-deb", "-x", str(deb), str(unpacked)], tmp_path)
             origin = f"Debian package {deb.name}"
+        elif source.registry == "apt-source":
+            _run(["apt-get", "source", "--download-only", "-q", source.package], tmp_path)
+            [orig] = [p for p in tmp_path.glob("*.orig.tar.*") if not p.name.endswith(".asc")]
+            unpacked = tmp_path / "unpacked"
+            with tarfile.open(orig) as archive:
+                archive.extractall(unpacked, filter="data")
+            origin = f"Debian source package {source.package} ({orig.name})"
         elif source.registry == "npm":
             _run(["npm", "pack", "--silent", source.package], tmp_path)
             [tgz] = list(tmp_path.glob("*.tgz"))

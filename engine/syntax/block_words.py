@@ -156,12 +156,17 @@ def _is_case_pattern(line: str) -> bool:
 _NO_DASH_COMMENTS = frozenset({"bash", "css", "csharp", "php", "kotlin", "swift", "scala", "ruby"})
 """Languages where `--` is an operator, a flag or a custom property, never a comment."""
 _HASH_IN_WORD = re.compile(r"(?<=\S)#")
+_APOSTROPHE = re.compile(r"(?<=[^\W\d_])'(?=[^\W\d_])")
+"""An apostrophe in a word (`I'm`, `don't`): HTML's text, not a quote."""
+_SCALA_SYMBOL = re.compile(r"'(?=[A-Za-z_]\w*(?![\w']))")
+"""Scala's symbol literal (`'t`, `@deprecatedName('t)`): a quote that opens nothing (`'a'` is a char)."""
 
 
 def bracket_view(language: str, line: str) -> str:
     """The line as the shared bracket lexer (`brackets.code_chars`, which takes `#`, `//` and `--`
     for comments in every language) should read it, same length: Bash's case-pattern `)`, `$#`/
-    `${#x}` and `--flag`, CSS's `#id`/`#fff`, `--var` and `//` in URLs, and `i--` blanked."""
+    `${#x}` and `--flag`, CSS's `#id`/`#fff`, `--var` and `//` in URLs, Scala's `'symbol`, HTML's
+    `I'm` and `i--` blanked."""
     if language in _NO_DASH_COMMENTS:
         line = line.replace("--", "  ")
     if language == "bash":
@@ -171,4 +176,8 @@ def bracket_view(language: str, line: str) -> str:
             line = line[: match.end() - 1] + " " + line[match.end():]
     elif language == "css":
         line = line.replace("#", " ").replace("//", "  ")
+    elif language == "scala":
+        line = _SCALA_SYMBOL.sub(" ", line)
+    elif language == "html":
+        line = _APOSTROPHE.sub(" ", line)
     return line

@@ -2,7 +2,10 @@
 
 The window is cut at syntactic boundaries: the prefix starts at the start of a line
 where a statement (a child of a block that encloses the cursor) starts, the suffix
-ends at the end of a line where one ends; never mid-line. What falls outside goes, in
+ends at the end of a line where one ends; never mid-line, but for a line after the
+cursor's that alone is over the suffix's share (a data file's one-line list of 7,000
+characters): then the suffix holds its head, what fits the share, so that the model
+and the post-processing still see how the code goes on. What falls outside goes, in
 short form, into the `preamble`: imports, the headers of the scopes that enclose the
 cursor (`class A:` / `fn f() {`), and the signatures of sibling definitions.
 
@@ -138,14 +141,28 @@ def _compute_stable_part(doc: SyntaxDocument, offset: int, line_start: int, line
     starts, ends = _boundaries(doc, chains, line_start, line_end, before.earliest, after.furthest)
     window_start = _choose_window_start(before, starts, int(budget * PREFIX_SHARE))
     window_end = _choose_window_end(after, ends)
+    suffix_lines_tokens = after.cost_at[window_end]
+    if after.furthest == line_end < len(text):  # the next line alone is over the share
+        window_end, suffix_lines_tokens = _head_of_next_line(text, line_end, int(budget * SUFFIX_SHARE))
     preamble, preamble_tokens = _build_preamble(doc, chains, window_start, window_end, int(budget * PREAMBLE_SHARE))
     # The walks counted the windows line by line: no token spans a newline, so the sums are exact.
     return _StablePart(
         revision=doc.revision, line_start=line_start, tail_after_line=len(text) - line_end,
         tail_after_window=len(text) - window_end, window_start=window_start, preamble=preamble,
         budget=budget, preamble_tokens=preamble_tokens,
-        prefix_lines_tokens=before.cost_at[window_start], suffix_lines_tokens=after.cost_at[window_end],
+        prefix_lines_tokens=before.cost_at[window_start], suffix_lines_tokens=suffix_lines_tokens,
     )
+
+
+def _head_of_next_line(text: str, line_end: int, share: int) -> tuple[int, int]:
+    """The end of the longest head of the line after `line_end` (with its newline) that fits
+    `share` tokens, and its count (the line itself is over the share: no whole line fits)."""
+    next_end = text.find("\n", line_end + 1)
+    next_end = len(text) if next_end < 0 else next_end
+    size = min(next_end - line_end, 4 * share)  # a token is at most 4 characters
+    while size > 0 and (count := approx_token_count(text[line_end:line_end + size])) > share:
+        size = min(size - 1, size * share // count)
+    return line_end + size, approx_token_count(text[line_end:line_end + size]) if size > 0 else 0
 
 
 def _fit(language, text, window_start, offset, line_start, line_end, window_end, preamble, budget,

@@ -25,6 +25,10 @@ from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
 _REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
 _IDENT = re.compile(r"\w")
+_LONG_LINE_CUT = 200
+"""A cursor line at least this long, alone in the context's prefix, may have been cut by the budget."""
+_LOOP_COPIES = 16
+"""Copies of a repeated run that are a loop wherever they stand (8 are one only at the text's end)."""
 MAX_PLAIN_LINES = 8
 """Plain text's cap when the plan has none (planning gives 8)."""
 MAX_PLAIN_BODY_LINES = 32
@@ -72,7 +76,7 @@ def finish_text(raw: str, context: InfillContext, plan: HolePlan) -> FinishedTex
     prefix, suffix = context.prefix, context.suffix
     line_before = prefix[prefix.rfind("\n") + 1:]
     rest_of_line = suffix.split("\n", 1)[0]
-    text = _strip_repeated_prefix(text, prefix, line_before)
+    text = _strip_repeated_prefix(text, prefix, line_before, rest_of_line)
     text = _cut_degenerate(text)
     if not text.strip():
         return EMPTY
@@ -117,9 +121,13 @@ def _finish_expression(text: str, plan: HolePlan, line_before: str, rest_of_line
             text = text.rstrip(" \t")
         return text, 0
     if closer in CLOSERS:
-        stop = first_unmatched_closer(text)
+        # The cursor in a quote (`['a', '|]`, `$( "|)` in an HTML page's script): the text's
+        # brackets count after the quote closes in it.
+        stop = _first_closer_after(line_before, text) if _in_quote(line_before) else None
         if stop is None:
-            stop = _first_closer_after(line_before, text)  # `['a', '|]`: the cursor in a quote
+            stop = first_unmatched_closer(text)
+        if stop is None:
+            stop = _first_closer_after(line_before, text)
     else:
         stop = _first_unescaped(text, closer)
     newline = text.find("\n")
@@ -280,17 +288,29 @@ def _finish_plain(text: str, plan: HolePlan, prefix: str, suffix: str, rest_of_l
 # --- repetition ---------------------------------------------------------------------------
 
 
-def _strip_repeated_prefix(text: str, prefix: str, line_before: str) -> str:
-    """Drop a copy of the cursor line's prefix, or of the last lines before it, at the text's start."""
+def _strip_repeated_prefix(text: str, prefix: str, line_before: str, rest_of_line: str = "") -> str:
+    """Drop a copy of the cursor line's prefix, or of the last lines before it, at the text's start.
+
+    Not where a line of openers balances its brackets only with the copy kept: after a lone `[`, the answer
+    `[bin]]` is TOML's `[[bin]]` (kept), `[package]` a copy of the `[` (dropped)."""
     stripped_before = line_before.strip()
+    if "\n" not in prefix and len(line_before) >= _LONG_LINE_CUT:
+        # The context cut the cursor's line (a 7,000-character list): a copy of the whole line
+        # ends with what the context kept of it.
+        at = text.find(line_before)
+        if at > 0 and "\n" not in text[:at]:
+            return text[at + len(line_before):]
     if stripped_before:
         if text.startswith(line_before):
+            if _balances_only_kept(line_before, text, len(line_before), rest_of_line):
+                return text
             return text[len(line_before):]
         body = text.lstrip(" \t")
         if body.startswith(stripped_before):
             after = body[len(stripped_before):]
             joins_word = _IDENT.match(stripped_before[-1]) and after[:1] and _IDENT.match(after[0])
-            if not joins_word and len(stripped_before) >= 2:
+            if not joins_word and len(stripped_before) >= 2 and \
+                    not _balances_only_kept(line_before, body, len(stripped_before), rest_of_line):
                 return after.lstrip(" \t") if line_before.endswith((" ", "\t")) else after
     # Last few code lines of the prefix repeated at the start (models restate context).
     raw_previous = [line.rstrip() for line in prefix.split("\n")[-6:-1] if line.strip()]
@@ -312,6 +332,31 @@ def _strip_repeated_prefix(text: str, prefix: str, line_before: str) -> str:
     return text
 
 
+def _balances_only_kept(line_before: str, text: str, copy_chars: int, rest_of_line: str) -> bool:
+    """Whether the cursor's line, openers only before the cursor (`[`, `  ({`), balances its
+    brackets with the text's first `copy_chars` kept and not with them dropped: then they are the
+    answer, not a copy of the line (a one-line answer is read with the rest of the line, whose
+    closers it may need). Only there: a line with more before the cursor often continues brackets
+    opened on the lines above, and a copy of its text is a copy."""
+    if not all(c in OPENERS for c in line_before.strip()):
+        return False
+    first = text.split("\n", 1)[0]
+    tail = rest_of_line if "\n" not in text else ""
+    return _balanced(line_before + first + tail) and not _balanced(line_before + first[copy_chars:] + tail)
+
+
+def _balanced(line: str) -> bool:
+    depth = 0
+    for _, c in code_chars(line):
+        if c in OPENERS:
+            depth += 1
+        elif c in CLOSERS:
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
 def _cut_degenerate(text: str) -> str:
     """Empty for output that is one short pattern repeated; otherwise cut where a long repeat begins."""
     compact = re.sub(r"\s+", "", text)
@@ -327,8 +372,14 @@ def _cut_degenerate(text: str) -> str:
             break
     pos = 0
     while (run := _REPEATED_RUN.search(text, pos)) is not None:
-        if run.group(1).strip():
-            return text[: run.start() + len(run.group(1))]
+        unit = run.group(1)
+        rest = text[run.end():]
+        # A loop runs to the end of the text (the budget stops it, maybe mid-copy); a run that
+        # stops and gives way to other text is data unless it is long (a word list's `, Vajnorská`
+        # nine times in a YAML flow sequence).
+        looped = unit.startswith(rest.rstrip()) or len(run.group(0)) >= _LOOP_COPIES * len(unit)
+        if unit.strip() and looped:
+            return text[: run.start() + len(unit)]
         # Whitespace repeated is indentation (16 spaces are "  " eight times), not a loop.
         pos = run.end()
     return text
@@ -361,6 +412,12 @@ def _first_closer_after(line_before: str, text: str) -> int | None:
                 return i - len(line_before)
             depth -= 1
     return None
+
+
+def _in_quote(line_before: str) -> bool:
+    """Whether the cursor's line leaves a quote open (or a comment) at the cursor."""
+    sentinel = len(line_before)
+    return all(i != sentinel for i, _ in code_chars(line_before + "("))
 
 
 def _open_depth(text: str) -> int:

@@ -9,7 +9,10 @@ from dgemma_lsp.bench.oracle import TARGETS, Hole, answers, rebuilds, run_oracle
 
 SAMPLE = Path(__file__).parents[1] / "data" / "oracle"
 SAMPLED = ("c", "cpp", "go", "java", "javascript", "lua", "python", "rust", "tsx", "typescript",
-           "csharp", "ruby", "php", "json", "css")
+           "csharp", "ruby", "php", "json", "css", "scala", "html")
+
+NO_BLOCK_HOLES = {"html": {"block"}}
+"""An element's content is planned as statements (children), never as a block body."""
 
 
 def test_the_committed_sample_meets_the_targets_in_every_language():
@@ -17,7 +20,8 @@ def test_the_committed_sample_meets_the_targets_in_every_language():
     assert set(SAMPLED) <= set(result["languages"])
     for language, data in result["languages"].items():
         assert set(data["variants"]) == set(TARGETS), language
-        assert set(data["kinds"]) >= {"line", "expression", "expression-open", "statement", "block"}, language
+        kinds = {"line", "expression", "expression-open", "statement"} | ({"block"} - NO_BLOCK_HOLES.get(language, set()))
+        assert set(data["kinds"]) >= kinds, language
         for variant, figure in data["variants"].items():
             assert figure["total"] >= 8, (language, variant)
             assert figure["rate"] >= TARGETS[variant], (language, variant, figure)
@@ -41,6 +45,10 @@ def test_a_wrong_or_misindented_answer_does_not_rebuild():
     assert not rebuilds(original, hole, "x = 1\n  y", 0, exact=True)
     assert rebuilds(original, hole, "x  =  1", 0, exact=False)
     assert not rebuilds(original, hole, "x  =  1", 0, exact=True)
+    trailing = "a:\n  b: \n  c: 1\n"  # spaces at a line's end: the pipeline trims them, no grammar reads them
+    line_hole = Hole("multi-line", trailing.index("b"), trailing.index(" 1"))
+    assert rebuilds(trailing, line_hole, "b:\n  c:", 0, exact=True)
+    assert not rebuilds(trailing, line_hole, "b:\n c:", 0, exact=True)
 
 
 def test_the_answers_of_a_nested_hole():

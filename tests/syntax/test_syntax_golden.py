@@ -71,3 +71,16 @@ def test_finish(language, case):
             doc, offset, [Candidate(text=finished.text, confidence=1.0, replace_chars=finished.replace_chars)]
         )
         assert ranked.syntax_ok is (None if language == "plaintext" else True)
+
+
+def test_a_copy_of_a_cursor_line_the_context_cut_is_dropped():
+    # A cursor line over the budget (a data file's one-line list) is cut in the context's prefix;
+    # the model's copy of the whole line ends with what the context kept of it.
+    line = "streets: [" + ", ".join(f"Street number {i}" for i in range(80)) + ", "
+    marked = "en:\n  address:\n    " + line + CURSOR + "]\n    city: [Zvolen]\n"
+    doc, offset = _open("yaml", marked)
+    plan = plan_hole(doc, offset)
+    context = build_context(doc, offset, plan, 300)
+    assert "\n" not in context.prefix and len(context.prefix) < len(line)
+    finished = finish_text(line + "Last Street]", context, plan)
+    assert finished.text == "Last Street"

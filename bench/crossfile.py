@@ -60,7 +60,9 @@ _BUILTIN_NAMES = {
         value size resolve reject all race any stringify parse log error warn max min floor ceil abs
         Symbol iterator asyncIterator constructor prototype""".split()),
     "go": set("""append cap close complex copy delete imag len make new panic print println real recover
-        Error String Len Less Swap Read Write Close""".split()),
+        Error String Len Less Swap Read Write Close
+        any bool byte comparable complex64 complex128 error float32 float64 int int8 int16 int32 int64 rune
+        string uint uint8 uint16 uint32 uint64 uintptr true false iota nil""".split()),
 }
 _IMPORT_LINE = re.compile(r"^\s*(import|from|export \* from|export \{|#include|use |package |mod )")
 

@@ -60,8 +60,11 @@ _BUILTIN_NAMES = {
         value size resolve reject all race any stringify parse log error warn max min floor ceil abs
         Symbol iterator asyncIterator constructor prototype""".split()),
     "go": set("""append cap close complex copy delete imag len make new panic print println real recover
-        Error String Len Less Swap Read Write Close""".split()),
+        Error String Len Less Swap Read Write Close
+        any bool byte comparable complex64 complex128 error float32 float64 int int8 int16 int32 int64 rune
+        string uint uint8 uint16 uint32 uint64 uintptr true false iota nil""".split()),
 }
+_QUALIFIED = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\.\s*([A-Za-z_][A-Za-z0-9_]*)")
 _IMPORT_LINE = re.compile(r"^\s*(import|from|export \* from|export \{|#include|use |package |mod )")
 
 
@@ -195,13 +198,18 @@ def holes_of(index: WorkspaceIndex, package_dir: str, seed: int, limit: int) -> 
         language = index.files[path].language
         builtin = _BUILTIN_NAMES.get(language, _BUILTIN_NAMES["js"])
         code_names = _code_names("\n".join(lines), language)
+        # Go: a name qualified by an imported package (`strings.Index`) is that package's, never one of
+        # this package's files (a package cannot import itself), whatever this package also defines.
+        packages = {ref.alias or ref.spec.rsplit("/", 1)[-1] for ref in index.files[path].imports} \
+            if language == "go" else set()
         found = []
         for number, line in enumerate(lines):
             code = line.strip()
             if number not in code_names or _IMPORT_LINE.match(line) or len(code) > 120:
                 continue
+            foreign = {name for qualifier, name in _QUALIFIED.findall(line) if qualifier in packages}
             for word in code_names[number]:
-                if len(word) < 3 or word in own or word in builtin or counts.get(word, 0) != 1 \
+                if len(word) < 3 or word in own or word in builtin or counts.get(word, 0) != 1 or word in foreign \
                         or not (defined.get(word, set()) - {path}):
                     continue
                 found.append((path, number, word))

@@ -71,6 +71,11 @@ TYPED_LINE = "result = [part.strip() for part in text.split(sep) if part]"
 START_TIMEOUT_S = 300.0
 """Model load on a busy machine; after that each request gets REQUEST_TIMEOUT_S."""
 REQUEST_TIMEOUT_S = 120.0
+INDEX_TIMEOUT_S = 900.0
+"""With --workspace: how long the server's cross-file index may take to build before typing starts."""
+INDEX_POLL_S = 2.0
+"""With --workspace: how often the index's state is asked for while it builds (every message from the
+client pauses the build for the server's QUIET_S, 0.25 s: asking much more often would stop it)."""
 AUTOMATIC_TRIGGER = 2
 """InlineCompletionTriggerKind.Automatic."""
 
@@ -127,6 +132,13 @@ class LatencyReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """serverOverheadP99, cacheHitP99 and loopStallP99 targets in ms (on the 2-core development machine)."""
     targets_met: dict[str, bool]
     load_average: LoadAverage | None = None
+    workspace: str | None = None
+    """With --workspace: the folder the server indexed before typing started."""
+    index_files: int | None = None
+    """With --workspace: files in the server's cross-file index when typing started."""
+    index_wall_s: float | None = None
+    """With --workspace: seconds (wall) from `initialized` until the index was complete (the model loads
+    in the same time)."""
 
 
 class PooledFigures(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -225,9 +237,13 @@ async def measure(
     warmup: int = 3,
     loop_floor: bool = False,
     loop_probe: bool = False,
+    workspace: Path | None = None,
     progress=None,
 ) -> dict[str, list[float] | int]:
-    """Drive one server through the session; returns the raw samples."""
+    """Drive one server through the session; returns the raw samples.
+
+    `workspace`: the folder the server opens as its workspace (its cross-file index is built
+    over it, and typing starts once it is complete); default: the file's folder, typing at once."""
     recorder = _Recorder()
     ready = asyncio.Event()
     client = JsonRpcClient()
@@ -252,9 +268,10 @@ async def measure(
             "processId": os.getpid(),
             "capabilities": {"general": {"positionEncodings": ["utf-16"]}},
             "initializationOptions": settings,
-            "rootUri": file.parent.as_uri(),
+            "rootUri": (workspace or file.parent).resolve().as_uri(),
         }), START_TIMEOUT_S)
         client.notify("initialized", {})
+        initialized = time.perf_counter()
         await asyncio.wait_for(ready.wait(), START_TIMEOUT_S)
         if recorder.state == "error":
             raise RuntimeError("the server's model failed to load")
@@ -270,7 +287,18 @@ async def measure(
                 "command": STATS_COMMAND, "arguments": list(arguments)}), REQUEST_TIMEOUT_S)
             return result or {}
 
-        await server_stats({"probe": loop_probe})  # starts the server's loop monitor
+        stats = await server_stats({"probe": loop_probe})  # starts the server's loop monitor
+        if workspace is not None:  # the index built first: this measures typing beside a full index
+            while not (stats.get("crossFileIndex") or {}).get("complete"):
+                if time.perf_counter() - initialized > INDEX_TIMEOUT_S:
+                    raise RuntimeError(f"the cross-file index of {workspace} took over {INDEX_TIMEOUT_S:.0f} s")
+                await asyncio.sleep(INDEX_POLL_S)
+                stats = await server_stats()
+            samples["index_files"] = int(stats["crossFileIndex"]["files"])
+            samples["index_wall_s"] = round(time.perf_counter() - initialized, 2)
+            if progress:
+                progress(f"latency: index of {workspace}: {samples['index_files']} files, "
+                         f"{samples['index_wall_s']} s after initialized (wall, while the model loaded too)")
         if floor is not None:
             await floor.start()
         lines = text.split("\n")
@@ -413,6 +441,7 @@ def _run_once(
     layout: str | None = None,
     loop_floor: bool = False,
     loop_probe: bool = False,
+    workspace: Path | None = None,
     progress=None,
 ) -> tuple[LatencyReport, dict[str, Any]]:
     """One typing session: its report, and the raw samples (`measure`) a series pools."""
@@ -424,6 +453,10 @@ def _run_once(
         file = Path(generated.name) / f"generated_{lines}.py"
         file.write_text(generate_source("python", lines), encoding="utf-8")
     file = file or default_file()
+    if workspace is not None:
+        workspace = workspace.resolve()
+        if workspace not in file.resolve().parents:
+            raise ValueError(f"--file {file} is not inside --workspace {workspace} (the index covers the workspace)")
     settings = {"drafts": True, "status": True, "debounceMs": 0, "maxTokens": max_tokens, "seed": 0}
     if steps is not None:
         settings["steps"] = steps
@@ -435,7 +468,7 @@ def _run_once(
     try:
         samples = asyncio.run(measure(server_command(model, device, dtype, log_file), file,
                                       keystrokes=keystrokes, settings=settings, loop_floor=loop_floor,
-                                      loop_probe=loop_probe, progress=progress))
+                                      loop_probe=loop_probe, workspace=workspace, progress=progress))
     except Exception:
         tail = Path(log_file).read_text(errors="replace")[-2000:]
         if tail and progress:
@@ -474,6 +507,9 @@ def _run_once(
             "loopStallP99": stall.p99 is not None and stall.p99 <= TARGET_LOOP_STALL_P99_MS,
         },
         load_average=LoadAverage(round(load_at_start, 2), round(os.getloadavg()[0], 2)),
+        workspace=str(workspace) if workspace is not None else None,
+        index_files=samples.get("index_files"),
+        index_wall_s=samples.get("index_wall_s"),
     )
     return report, samples
 
@@ -518,6 +554,9 @@ def table_rows(report: LatencyReport) -> list[tuple[str, str, str]]:
         (name, "answersFromDrafts", f"{report.answers_from_drafts}/{report.keystrokes}"),
         *([] if report.load_average is None else [
             (name, "loadAverage", f"{report.load_average.start:.2f} -> {report.load_average.end:.2f}  (1 minute)")]),
+        *([] if report.workspace is None else [
+            (name, "workspace", f"{report.workspace}: {report.index_files} files indexed, complete "
+                                f"{report.index_wall_s} s after initialized (wall)")]),
     ]
 
 
@@ -567,6 +606,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--runs", type=int, default=1,
                         help="typing sessions in a row: each judged against the targets on its own, "
                              "then every keystroke pooled (JSON: a LatencySeries instead of one report)")
+    parser.add_argument("--workspace", type=Path, default=None,
+                        help="folder the server opens as its workspace: its cross-file index is built over it "
+                             "before typing starts (--file must lie inside it; e.g. the standard library's "
+                             "folder, which holds textwrap.py)")
     parser.add_argument("--loop-probe", action="store_true",
                         help="the server's loop monitor also probes its loop every millisecond (the "
                              "monitor before 2026-11-24 evening); it slows the server it measures")
@@ -576,7 +619,8 @@ def _options(args) -> dict[str, Any]:
     return dict(file=args.file, lines=getattr(args, "lines", None), keystrokes=args.keystrokes, steps=args.steps,
                 max_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
                 layout=getattr(args, "layout", None), loop_floor=getattr(args, "loop_floor", False),
-                loop_probe=getattr(args, "loop_probe", False), progress=say)
+                loop_probe=getattr(args, "loop_probe", False), workspace=getattr(args, "workspace", None),
+                progress=say)
 
 
 def run_from_args(args) -> LatencyReport:

@@ -600,10 +600,12 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
         ls.loop_monitor.start()
         encoded = list(ls.completer.encoded_tokens)
         ls.completer.encoded_tokens.clear()
+        index = ls.crossfile.index
         return {"loopStallMs": ls.loop_monitor.take() if started else None,
                 "loopBusyMs": ls.loop_monitor.take_busy() if started else None,
                 "encodedTokens": encoded, "answersFromDrafts": ls.completer.answers_from_drafts,
-                "retained": retained(ls)}
+                "retained": retained(ls),
+                "crossFileIndex": None if index is None else {"files": len(index), "complete": index.complete}}
 
     @server.feature(DID_SHOW)
     def did_show(ls: DGemmaServer, params: Any) -> None:

@@ -3,13 +3,15 @@
 Sources, in this order of the budget: definitions (what the file's imports resolve to, every
 other file of a Go package, the file's own folder; scored by the names and words of the code
 near the cursor: a name used there scores high, then a name the file imports, words shared with
-it, rare words weighing more; members of the type the cursor's code belongs to and of its bases,
-and of types named near the cursor; names that other workspace files mention often; a name the
+it, rare words weighing more; the module the code near the cursor reaches through its alias
+(`events.`); members of the type the cursor's code belongs to and of its bases, and of types named
+near the cursor; names that other workspace files mention often, and those that the linked files
+most like this one mention; of another Go package, its exported names only; a name the
 file already mentions weighs a fifth, since the model sees it in use, while a name the file never
 mentions it cannot write without its definition), the most similar window of each other open
 document of the same language, and recently edited or viewed ranges of other files. Definitions
 are ranked by score per token (its square root) and packed as one-line signatures (a type or class
-as its header line) first; what is left of the budget then shows fields and doc lines, best first.
+as its header line; a member as its first line, except in Python) first; what is left of the budget then shows fields and doc lines, best first.
 Never a body.
 
 Stable while the user types on one line: the snippets depend only on the code near the
@@ -71,6 +73,9 @@ SECOND_HAND_WEIGHT = 0.5
 """Scores of the definitions of a file that an imported file imports."""
 RECEIVER_BONUS = 1.5
 """Score of a member of the type the cursor's code belongs to (or of one of its bases)."""
+ALIAS_BONUS = 1.5
+"""Score of a top-level definition of a module that the code near the cursor reaches through its
+alias (`events.get_running_loop()`, `_bootstrap._setup(...)`): the next line likely does too."""
 NAMED_TYPE_BONUS = 0.75
 """Score of a member of a type whose name the code near the cursor uses."""
 MENTIONED_WEIGHT = 0.2
@@ -79,6 +84,12 @@ while a name the file never mentions it cannot write without its definition."""
 POPULARITY = 0.5
 """Score per log of the other workspace files that mention a definition's name (what many files use,
 this one likely uses too)."""
+COUSE = 2.0
+"""Score of a definition by the share of the linked files most like this one (in the names they
+mention) that mention its name without defining it, while this file does not: files that use what
+this one uses use it too."""
+COUSE_FILES = 8
+"""The files most like this one that COUSE counts."""
 DENSITY = 0.5
 """The choice ranks definitions by score / tokens ** DENSITY."""
 HEADER_TOKENS = 12
@@ -106,6 +117,10 @@ class CrossFileSources:
         self._costs: dict[tuple[int, bool, bool], tuple[Definition, int]] = {}
         """Rendered tokens per (id(definition), header only, with doc); the definition is kept with its
         cost (so its id is not reused while the entry lives): they outlive index generations."""
+        self._use_sets: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {}
+        """Per file: its names as a set (kept while the index holds the same tuple)."""
+        self._own: dict[str, tuple[object, frozenset[str]]] = {}
+        """Per file: the names it defines (kept while the index holds the same outline)."""
         self._compact: dict[int, tuple[Definition, float]] = {}
         """id(definition) -> (it, its one-line cost ** DENSITY), what the ranking divides by."""
 
@@ -219,6 +234,7 @@ class CrossFileSources:
                     seen.add(sibling)
                     links.append((Link(sibling), SIBLING_WEIGHT * (TEST_WEIGHT if _is_test(sibling) else 1.0)))
         near_names = Counter(identifiers(before + after))
+        qualifiers = _qualifiers(before, after)
         near_weight: Counter[str] = Counter()
         before_lines = before.split("\n")
         for lines, weight in ((before_lines[-WORD_LINES_BEFORE - 1:], 1.0), (after.split("\n")[:WORD_LINES_AFTER], 1.0),
@@ -241,6 +257,8 @@ class CrossFileSources:
         outlines = [index.files[link.path] for link, _weight in links if link.path in index.files]
         receiver = _enclosing_types(before, language, outlines)
         mentioned = (set(index.uses.get(path, ())) - cursor_line) | set(near_names)
+        # Not in Go: a package's files share one namespace and all of them are peers (measured worse).
+        couse = self._couse(path, mentioned, [link.path for link, _weight in links]) if language != "go" else {}
         for link, weight in links:
             outline = index.files.get(link.path)
             if outline is None:
@@ -248,22 +266,30 @@ class CrossFileSources:
             used = sum(1 for d in outline.definitions if d.parent is None and d.name in near_names)
             used += 2 if link.alias and link.alias in near_names else 0  # `utils.` near the cursor
             used = AFFINITY * min(used, 5)
+            through = _alias_uses(link, qualifiers)
+            through = ALIAS_BONUS * math.sqrt(min(through, 4)) if through else 0.0
             tops: dict[str, tuple[float, Definition]] = {}
             members: dict[str, list[tuple[float, Definition]]] = {}
             # Locality: helpers are defined near what they help; lines of the definitions used near
             # the cursor, whose neighbours in their file score up.
             anchors = sorted(d.start_line for d in outline.definitions if d.name in near_names)
+            # Another Go package: only its exported names can be used from here.
+            exported_only = language == "go" and os.path.dirname(link.path) != directory
             for definition in outline.definitions:
+                if exported_only and not definition.name[:1].isupper():
+                    continue
                 score = self._similarity(definition, near_weight) + used
                 users = index.users(definition.name) - 1
                 if users > 0 and definition.name not in mentioned:
-                    score += POPULARITY * math.log(1 + users)
+                    score += POPULARITY * math.log(1 + users) + COUSE * couse.get(definition.name, 0.0)
                 if anchors:
                     score += LOCALITY * _closeness(anchors, definition.start_line)
                 if definition.name in near_names:
                     score += USED_BONUS
                 if definition.name in link.names:
                     score += IMPORTED_BONUS
+                if definition.parent is None:
+                    score += through
                 if definition.parent is not None:
                     score += 2 * AFFINITY * min(type_affinity[definition.parent], 5)
                     if definition.parent in receiver:
@@ -305,7 +331,8 @@ class CrossFileSources:
         def density(item) -> tuple[float, int]:
             entry = compact.get(id(item[3]))
             if entry is None or entry[0] is not item[3]:
-                entry = compact[id(item[3])] = (item[3], self._cost_of(item[3], languages[item[2]], item[4] is None,
+                language = languages[item[2]]
+                entry = compact[id(item[3])] = (item[3], self._cost_of(item[3], language, _first_line(item[4] is None, language),
                                                                        False) ** DENSITY)
             return -item[0] / entry[1], item[1]
 
@@ -324,7 +351,7 @@ class CrossFileSources:
             if _overlaps(shown, file, top.start_line, top.end_line) and slot is None:
                 continue
             language = index.files[file].language
-            cost = self._cost_of(definition, language, parent is None, False)
+            cost = self._cost_of(definition, language, _first_line(parent is None, language), False)
             if slot is None:
                 if parent is not None:
                     cost += self._cost_of(parent, language, True, False)
@@ -353,7 +380,8 @@ class CrossFileSources:
                 extra = self._cost_of(top, language, bool(slot[2]) or not slot[3], True) \
                     - self._cost_of(top, language, True, False)
             else:
-                extra = self._cost_of(member[0], language, False, True) - self._cost_of(member[0], language, False, False)
+                extra = self._cost_of(member[0], language, False, True) \
+                    - self._cost_of(member[0], language, _first_line(False, language), False)
             if extra > 0 and spent + extra <= budget:
                 spent += extra
                 if member is None:
@@ -371,11 +399,47 @@ class CrossFileSources:
                 text = _render(top, language, header_only=not (whole and detail) or bool(members),
                                with_doc=detail)
                 if members:
-                    text += "\n" + "\n".join(_render(m, language, with_doc=with_doc)
+                    first_line = _first_line(False, language)
+                    text += "\n" + "\n".join(_render(m, language, header_only=not with_doc and first_line, with_doc=with_doc)
                                               for m, _member_score, with_doc in sorted(members, key=lambda m: m[0].start_line))
                 picked.append(self._snippet(file, top.start_line, top.end_line, "definition", round(score, 3), text))
                 shown.setdefault(file, []).append((top.start_line, top.end_line))
         return spent
+
+    def _couse(self, path: str, mentioned: set[str], peers: list[str]) -> dict[str, float]:
+        """Name -> share (weighted by likeness) of the COUSE_FILES peers most like the file that mention it."""
+        if not mentioned:
+            return {}
+        likeness = []
+        for peer in peers:
+            names = self._names_of(peer)
+            if names:
+                shared = len(names & mentioned)
+                if shared:
+                    likeness.append((shared / math.sqrt(len(names) * len(mentioned)), peer))
+        likeness.sort(reverse=True)
+        total = sum(weight for weight, _peer in likeness[:COUSE_FILES])
+        share: dict[str, float] = {}
+        for weight, peer in likeness[:COUSE_FILES]:
+            own = self._defined_in(peer)
+            for name in self._names_of(peer):
+                if name not in own:
+                    share[name] = share.get(name, 0.0) + weight / total
+        return share
+
+    def _defined_in(self, path: str) -> frozenset[str]:
+        outline = self.index.files.get(path)
+        entry = self._own.get(path)
+        if entry is None or entry[0] is not outline:
+            entry = self._own[path] = (outline, frozenset(d.name for d in outline.definitions) if outline else frozenset())
+        return entry[1]
+
+    def _names_of(self, path: str) -> frozenset[str]:
+        uses = self.index.uses.get(path, ())
+        entry = self._use_sets.get(path)
+        if entry is None or entry[0] is not uses:
+            entry = self._use_sets[path] = (uses, frozenset(uses))
+        return entry[1]
 
     def _weights(self) -> None:
         """Word weights and per-definition totals, remembered for one index generation."""
@@ -386,6 +450,9 @@ class CrossFileSources:
             if len(self._costs) > MAX_COSTS:
                 self._costs.clear()
                 self._compact.clear()
+            if len(self._use_sets) > 2 * len(self.index.files) + 64:  # files gone from the index
+                self._use_sets.clear()
+                self._own.clear()
 
     def _similarity(self, definition: Definition, near: Counter[str]) -> float:
         """Shared words, rare ones weighing more, over the definition's own word weight (BM25's spirit)."""
@@ -441,6 +508,13 @@ WINDOW_QUERY_LINES = 20
 """Lines before the cursor's line whose identifiers are matched against open documents' windows."""
 
 
+def _first_line(top: bool, language: str) -> bool:
+    """Whether a definition is first budgeted (and shown, without its details) as its first line alone:
+    a top-level one always; a member too, except in Python, whose members' further signature lines
+    (parameters wrapped) measured better shown than traded for more definitions."""
+    return top or language != "python"
+
+
 def _render(definition: Definition, language: str, header_only: bool = False, with_doc: bool = True) -> str:
     """The definition as the prompt shows it: its signature (or header), with its doc line if asked."""
     signature = definition.signature
@@ -490,6 +564,32 @@ def _enclosing_types(before: str, language: str, outlines: list) -> set[str]:
         if match:
             names.extend(part.strip().split(".")[-1] for part in (match.group(1) or match.group(2)).split(","))
     return found
+
+
+_QUALIFIED = re.compile(r"([A-Za-z_$][\w$]*)[ \t]*\.[ \t]*[A-Za-z_$]")
+
+
+def _qualifiers(before: str, after: str) -> Counter[str]:
+    """How often each name qualifies another (`events.` in `events.get_running_loop()`) in the lines
+    around the cursor's line (not in it)."""
+    lines = before.split("\n")[-WORD_LINES_BEFORE - 1:] + after.split("\n")[:WORD_LINES_AFTER]
+    return Counter(_QUALIFIED.findall("\n".join(lines)))
+
+
+def _alias_uses(link: Link, qualifiers: Counter[str]) -> int:
+    """Uses near the cursor of the name a whole-module import binds (its alias, or the module's own
+    name: `errors.` of `import email.errors`)."""
+    if link.names or link.same_package or not qualifiers:
+        return 0
+    stem = os.path.splitext(os.path.basename(link.path))[0]
+    if link.path.endswith(".go"):  # a Go package's name is its alias, not a file's
+        stem = link.alias or ""
+    elif stem in ("__init__", "index", "mod"):
+        stem = os.path.basename(os.path.dirname(link.path))
+    uses = qualifiers.get(stem, 0)
+    if link.alias and link.alias != stem:
+        uses += qualifiers.get(link.alias, 0)
+    return uses
 
 
 def _is_test(path: str) -> bool:

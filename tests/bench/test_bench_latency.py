@@ -59,3 +59,17 @@ def test_a_series_of_no_runs_is_refused_with_a_clear_error():
                               capture_output=True, text=True, timeout=120)
     assert finished.returncode == 2 and finished.stdout == ""
     assert "--runs must be at least 1, got 0" in finished.stderr
+
+
+def test_a_workspace_is_indexed_before_typing_starts(tmp_path):
+    # The server opens the folder as its workspace; typing waits for its cross-file index.
+    for n in range(5):
+        (tmp_path / f"helpers_{n}.py").write_text(f"def helper_{n}(value):\n    return value + {n}\n")
+    typed = tmp_path / "main.py"
+    typed.write_text("from helpers_1 import helper_1\n\n\nclass Job:\n    def run(self, value):\n"
+                     "        total = helper_1(value)\n        total += 1\n        return total\n")
+    report = latency.run_benchmark("tiny", file=typed, workspace=tmp_path, keystrokes=3, steps=2, max_tokens=32)
+    assert report.workspace == str(tmp_path.resolve()) and report.index_files == 6
+    assert report.index_wall_s is not None and report.final_ms.p50 is not None
+    with pytest.raises(ValueError, match="not inside --workspace"):
+        latency.run_benchmark("tiny", file=latency.default_file(), workspace=tmp_path, keystrokes=1)

@@ -252,3 +252,59 @@ def test_a_go_package_is_one_namespace_and_a_tight_budget_buys_signatures_first(
                                                 budget=512, language="go").context.cross_file)
     assert "func trimPort(addr string) string" in roomy and "writes a line" in roomy  # room left: doc lines
     assert "fakeServer" not in roomy
+
+
+def _names_in(prepared) -> str:
+    return "\n".join(s.text for s in prepared.context.cross_file)
+
+
+def test_a_module_the_code_near_the_cursor_reaches_through_its_alias_comes_first(tmp_path):
+    # Two modules alike in all but how often the lines around the cursor call into them through
+    # their names (`events.` three times, `other.` once): the next call likely goes to `events`
+    # too (`other`, imported first, would win the tie).
+    module = "".join(f"def step_{n}(value):\n    return value\n\n\n" for n in range(6))
+    user = ("from . import other, events\n\n\ndef run(task):\n    other.step_0(task)\n"
+            "    events.step_0(task)\n    events.step_0(task)\n    events.step_0(task)\n    \n    return task\n")
+    write(tmp_path, {"pkg/__init__.py": "", "pkg/events.py": module, "pkg/other.py": module, "pkg/user.py": user})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    offset = user.index("    \n") + 4
+    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, CrossFileSources(index),
+                          budget=40).context.cross_file
+    assert (snippet.path, snippet.text) == ("pkg/events.py", "def step_1(value): ...")
+
+
+def test_names_that_files_like_this_one_use_score_up(tmp_path):
+    # Three files share this file's vocabulary and call `fetch_rows`; five unlike files call
+    # `spread_row` (more users overall): the like files' choice wins the one slot there is.
+    lib = "def spread_row(x):\n    return x\n\n\ndef fetch_rows(x):\n    return x\n"
+    shared = "alpha_table beta_column gamma_index delta_cursor epsilon_schema zeta_query"
+    like = "from .lib import fetch_rows\n\n{names}\nfetch_rows(1)\n"
+    unlike = "from .lib import spread_row\n\nspread_row(2)\nunrelated_{n}\n"
+    files = {"pkg/__init__.py": "", "pkg/lib.py": lib,
+             **{f"pkg/like_{n}.py": like.format(names=shared) for n in range(3)},
+             **{f"pkg/unlike_{n}.py": unlike.format(n=n) for n in range(5)}}
+    user = f"from . import lib\n\n\ndef main():\n    {shared}\n    \n"
+    files["pkg/main.py"] = user
+    write(tmp_path, files)
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    offset = user.rindex("    \n") + 4
+    shown = _names_in(_prepare(index, tmp_path / "pkg" / "main.py", user, offset, CrossFileSources(index),
+                               budget=30))
+    assert "def fetch_rows(x):" in shown and "spread_row" not in shown
+
+
+def test_another_go_package_shows_only_what_it_exports(tmp_path):
+    util = ('package util\n\nfunc Helper(s string) string { return s }\n\n'
+            'func helperInternal(s string) string { return s }\n\ntype Cache struct {\n\tsize int\n}\n\n'
+            'func (c *Cache) Get(key string) string { return key }\n\nfunc (c *Cache) evict() {}\n')
+    web = 'package web\n\nimport "example.com/m/util"\n\nfunc Serve(c *util.Cache) {\n\tutil.Helper("x")\n\t\n}\n'
+    write(tmp_path, {"go.mod": "module example.com/m\n", "util/util.go": util, "web/web.go": web})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    offset = web.index("\t\n") + 1
+    shown = _names_in(_prepare(index, tmp_path / "web" / "web.go", web, offset, CrossFileSources(index),
+                               budget=512, language="go"))
+    assert "func (c *Cache) Get(key string) string" in shown
+    assert "helperInternal" not in shown and "evict" not in shown  # not reachable from package web

@@ -110,6 +110,7 @@ _TYPED_FOR = {
     "toml": "result = [1, 42] ",
     "html": "<b>result 42</b> ",
     "css": "margin: calc(1px + 42px); ",
+    "php": "$result = compute($total, 42); ",
 }
 """What is typed on each new line where `_TYPED` would not be this language's code."""
 NON_ASCII_LINE = "naïve café, 中文 ✓"

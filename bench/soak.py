@@ -107,7 +107,7 @@ async def soak(command: list[str], documents: int, sample_every: int, flat_from:
                 samples.append(Sample(number, round(rss_mb(pid), 1)))
                 if progress:
                     progress(f"soak: {number} documents, RSS {samples[-1].rss_mb} MB")
-        stats = await client.request("workspace/executeCommand", {"command": "dgemma.serverStats", "arguments": []})
+        stats = await client.request("workspace/executeCommand", {"command": "dgemma.serverStats", "arguments": [{"retained": True}]})
         await client.request("shutdown")
         client.notify("exit")
     finally:

@@ -52,7 +52,7 @@ async def edit_complete_close(client: LanguageClient, number: int) -> None:
 
 async def retained(client: LanguageClient) -> dict:
     stats = await within(client.workspace_execute_command_async(
-        lsp.ExecuteCommandParams(command="dgemma.serverStats", arguments=[])))
+        lsp.ExecuteCommandParams(command="dgemma.serverStats", arguments=[{"retained": True}])))
     return dict(stats["retained"]) if isinstance(stats, dict) else dict(stats.retained._asdict())
 
 

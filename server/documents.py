@@ -69,6 +69,11 @@ class SyntaxWorker:
         self.quiet_s = quiet_s
         """QUIET_S; a test may ask for a quiet that never comes within the test."""
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._foreground = 0
+        """Jobs queued that are not background work (a request's, a sync's, shutdown's): what
+        background work gives way to. Background jobs waiting for quiet do not count, or two of
+        them would each give way to the other, re-posting themselves in turn while the client
+        types (a worker spinning a core and taking the GIL from the event loop at every keystroke)."""
         self._thread: threading.Thread | None = None
         self._client_spoke_at = 0.0
         self._job_arrived = threading.Event()
@@ -86,14 +91,14 @@ class SyntaxWorker:
     @property
     def busy(self) -> bool:
         """Whether background work should stop: a job waits, or the client spoke within QUIET_S."""
-        return not self._jobs.empty() or self._clock() - self._client_spoke_at < self.quiet_s
+        return self._foreground > 0 or self._clock() - self._client_spoke_at < self.quiet_s
 
     def wait_for_quiet(self) -> bool:
         """On the worker: wait (GIL released) until the client has been quiet for QUIET_S;
-        False when a job arrived first (background work goes behind it)."""
+        False when a job that is not background work arrived first (background work goes behind it)."""
         while True:
             with self._settle_lock:
-                if not self._jobs.empty():
+                if self._foreground > 0:
                     return False
                 left = self.quiet_s - (self._clock() - self._client_spoke_at)
                 if left <= 0:
@@ -119,27 +124,28 @@ class SyntaxWorker:
         loop.call_soon(self._put, (job, future, loop))
         return future
 
-    def post(self, job: Callable[[], None]) -> None:
+    def post(self, job: Callable[[], None], *, background: bool = False) -> None:
         """Run `job` on the worker, nobody waiting for it (its errors are logged); after `close`,
-        nothing (a catch-up waiting for quiet must not start a thread again at shutdown)."""
+        nothing (a catch-up waiting for quiet must not start a thread again at shutdown).
+        `background`: a job that waits for quiet (`wait_for_quiet`) and yields to every other job."""
         if not self._closed:
-            self._put((job, None, None))
+            self._put((job, None, None), background=background)
 
     def close(self) -> None:
         self._closed = True
         if self._thread is not None:
-            self._jobs.put(None)
-            self._job_arrived.set()  # a catch-up waiting for quiet gives way at once
+            self._put(None)  # a catch-up waiting for quiet gives way at once
             self._thread = None
 
-    def _put(self, item) -> None:
+    def _put(self, item, *, background: bool = False) -> None:
         if self._thread is None:
             sys.setswitchinterval(min(sys.getswitchinterval(), GIL_SWITCH_S))
             self._thread = threading.Thread(target=self._serve, name="dgemma-syntax", daemon=True)
             self._thread.start()
         with self._settle_lock:
             self.settled.clear()
-            self._jobs.put(item)
+            self._foreground += not background
+            self._jobs.put((item, background))
         self._job_arrived.set()
 
     def _serve(self) -> None:
@@ -147,7 +153,11 @@ class SyntaxWorker:
             with self._settle_lock:
                 if self._jobs.empty():
                     self.settled.set()
-            if (item := self._jobs.get()) is None:
+            item, background = self._jobs.get()
+            if not background:
+                with self._settle_lock:
+                    self._foreground -= 1
+            if item is None:
                 return
             job, future, loop = item
             try:
@@ -308,7 +318,7 @@ class OpenDocument:
     def _post_catch_up(self) -> None:
         if not self.closed and self._syntax is not None and self._syntax.stale and not self._catch_up_posted:
             self._catch_up_posted = True
-            self.worker.post(self._catch_up)
+            self.worker.post(self._catch_up, background=True)
 
     def _catch_up(self) -> None:
         self._catch_up_posted = False

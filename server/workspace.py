@@ -82,7 +82,7 @@ class WorkspaceContext:
         self._dirty.add(uri)
         if not self._update_posted:
             self._update_posted = True
-            self.worker.post(self._update_dirty)
+            self.worker.post(self._update_dirty, background=True)
 
     def viewed(self, uri: str, line: int) -> None:
         path = uri_to_path(uri)
@@ -163,7 +163,7 @@ class WorkspaceContext:
     def _post_build(self) -> None:
         if not self._build_posted:
             self._build_posted = True
-            self.worker.post(self._build)
+            self.worker.post(self._build, background=True)
 
     def _build(self) -> None:
         self._build_posted = False
@@ -181,7 +181,7 @@ class WorkspaceContext:
             return
         if not self.worker.wait_for_quiet():
             self._update_posted = True
-            self.worker.post(self._update_dirty)
+            self.worker.post(self._update_dirty, background=True)
             return
         for uri in list(self._dirty):
             self._reindex(uri)

@@ -203,3 +203,27 @@ async def test_the_change_history_tells_what_typing_left_untouched():
     store.change("file:///a.py", 3, [(None, "c = 3\n")], "utf-16")  # a full sync forgets the past
     assert document.unchanged_since(before) is None
     store.worker.close()
+
+
+async def test_background_jobs_waiting_for_quiet_give_way_to_requests_not_to_each_other():
+    """Two background jobs (a catch-up, the workspace index's build) used to see each other queued,
+    each re-posting itself behind the other: the worker spun while the client typed and the
+    settled event was never set. Now they wait for quiet together and yield only to real work."""
+    worker = SyntaxWorker(quiet_s=NEVER_QUIET_S)  # the client never pauses
+    runs: list[str] = []
+
+    def background(name: str):
+        def run() -> None:
+            runs.append(name)
+            if not worker.wait_for_quiet():
+                worker.post(run, background=True)  # behind the job that interrupted it
+        return run
+
+    worker.post(background("index"), background=True)
+    worker.post(background("catch-up"), background=True)
+    assert await asyncio.to_thread(worker.settled.wait, 60), "the background jobs kept re-posting each other"
+    assert runs == ["index"]  # waiting for quiet, with the other queued behind it
+    assert await worker.run(lambda: "answer") == "answer"  # a request's job goes first
+    assert await asyncio.to_thread(worker.settled.wait, 60)
+    assert runs == ["index", "catch-up", "index"]  # each gave way to the request once, then waits again
+    worker.close()

@@ -32,6 +32,7 @@ import msgspec
 
 from ..api import CrossFileSnippet
 from ..syntax.context import approx_token_count
+from .gather import HEADER_TOKENS
 
 LINES_BEFORE = 15
 LINES_AFTER = 5
@@ -42,8 +43,6 @@ DEFINITION_LINES = 4
 """Lines the editor sends from each definition's first line (a multi-line signature fits)."""
 MAX_LINE_CHARS = 240
 """A longer line of a definition is cut (minified or generated code)."""
-HEADER_TOKENS = 12
-"""Tokens of a file's heading in the prompt ("From path:" and its fence), as gather.py counts them."""
 
 _CHAIN = re.compile(r"[A-Za-z_$][\w$]*(?:\s*\.\s*[A-Za-z_$][\w$]*)*")
 _NAME = re.compile(r"[A-Za-z_$][\w$]*")

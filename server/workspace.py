@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from urllib.parse import unquote, urlparse
 
@@ -31,6 +32,11 @@ log = logging.getLogger(__name__)
 
 EDITOR_SHARE = 0.3
 """Of the cross-file budget, kept for the editor's definitions (when it has found any near the cursor)."""
+TYPING_S = 1.0
+"""A document asked for completions less than this ago is being typed into: a new place of its
+cursor (a new line) keeps the snippets its last prompt showed, and the new choice is made in the
+background once the client is quiet (issue 30: choosing took 13-31 ms per Enter, before the request,
+and changed the prompt's stable part, so the whole prompt was encoded again)."""
 
 
 def uri_to_path(uri: str) -> str | None:
@@ -60,6 +66,11 @@ class WorkspaceContext:
         self._shown_paths: dict[str, str] = {}
         self._real_root = ""
         """Per document, the editor's definitions its latest prompt showed (logged when they change)."""
+        self._asked_at: dict[str, float] = {}
+        """Per document, when its latest prompt was built (worker clock): is the user typing?"""
+        self._to_choose: dict[str, tuple[str, str, InfillContext, int]] = {}
+        """Per document, the latest request whose choice was put off until the client is quiet."""
+        self._choosing_posted = False
 
     # -- event loop side -----------------------------------------------------------------------
 
@@ -97,6 +108,8 @@ class WorkspaceContext:
         path = uri_to_path(uri)
         self._dirty.discard(uri)
         self._editor_shown.pop(uri, None)
+        self._asked_at.pop(uri, None)
+        self._to_choose.pop(uri, None)
         if path is not None and self.index is not None:
             index = self.index
             self.worker.post(lambda: index.update(path))  # back to what is on disk
@@ -133,8 +146,8 @@ class WorkspaceContext:
         path = uri_to_path(uri) or uri
         found = self.editor_found(uri) if self.editor_found is not None else []
         if not found:
-            return self.sources.snippets(path, language, context, budget)
-        chosen = self.sources.snippets(path, language, context, budget - int(budget * EDITOR_SHARE))
+            return self._sources_choice(uri, path, language, context, budget)
+        chosen = self._sources_choice(uri, path, language, context, budget - int(budget * EDITOR_SHARE))
         extra = choose(found, chosen, budget, path, self._shown_path)
         shown = tuple((s.path, s.start_line, s.text.split("\n")[0][:100]) for s in extra)
         if self._editor_shown.get(uri, ()) != shown:  # once per change, not per keystroke
@@ -142,6 +155,40 @@ class WorkspaceContext:
             log.info("prompts of %s show the editor's definitions: %s", uri,
                      "; ".join(f"{p}:{line + 1} {text!r}" for p, line, text in shown) or "none")
         return chosen + extra
+
+    def _sources_choice(self, uri: str, path: str, language: str, context: InfillContext,
+                        budget: int) -> tuple[CrossFileSnippet, ...]:
+        """The sources' choice for this prompt; while the user types, the last one shown for a new line."""
+        now = time.monotonic()
+        typing = now - self._asked_at.get(uri, -TYPING_S) < TYPING_S
+        self._asked_at[uri] = now
+        if len(self._asked_at) > 4096:
+            self._asked_at.clear()
+        known = self.sources.known(path, language, context, budget, nearby=typing)
+        if known is None:
+            return self.sources.snippets(path, language, context, budget)
+        if typing and self.sources.known(path, language, context, budget) is None:
+            self._to_choose[uri] = (path, language, context, budget)
+            if not self._choosing_posted:
+                self._choosing_posted = True
+                self.worker.post(self._choose_when_quiet, background=True)
+        return known
+
+    def _choose_when_quiet(self) -> None:
+        """Background: the choices put off while the user typed, made (and memoized) at a pause."""
+        self._choosing_posted = False
+        if not self._to_choose:
+            return
+        if not self.worker.wait_for_quiet():
+            self._choosing_posted = True
+            self.worker.post(self._choose_when_quiet, background=True)
+            return
+        while self._to_choose and not self.worker.busy:
+            _uri, (path, language, context, budget) = self._to_choose.popitem()
+            self.sources.snippets(path, language, context, budget)
+        if self._to_choose:
+            self._choosing_posted = True
+            self.worker.post(self._choose_when_quiet, background=True)
 
     def _shown_path(self, path: str) -> str:
         """`path` relative to the workspace folder when inside it, else as given. The editor may name a

@@ -99,6 +99,32 @@ MAX_COSTS = 200_000
 """Remembered signature costs before they are forgotten (at an index change)."""
 
 
+class _Request:
+    """What one choice depends on: the code around the cursor outside its line (`near`, hashed), and
+    everything else (`surroundings`: language, budget, the other files' state, the recent ranges)."""
+
+    __slots__ = ("before", "after", "line", "others", "recent", "key")
+
+    @classmethod
+    def of(cls, sources: CrossFileSources, path: str, language: str, context: InfillContext,
+           budget: int) -> _Request:
+        request = cls()
+        request.before = context.prefix[: context.prefix.rfind("\n") + 1]
+        newline = context.suffix.find("\n")
+        request.after = context.suffix[newline + 1:] if newline >= 0 else ""
+        # The names of the file as the index has it (the editor's buffer), less those of the cursor's
+        # line (what is being typed there must not change the choice).
+        request.line = context.prefix[len(request.before):] + (context.suffix[:newline] if newline >= 0
+                                                                else context.suffix)
+        request.others = [f for f in sources.open_files() if f.path != path and f.language == language]
+        request.recent = sources.recent.others(path)
+        index = sources.index
+        surroundings = (language, budget, index.generation_without(path) if index is not None else 0,
+                        tuple((f.path, f.revision) for f in request.others), request.recent)
+        request.key = (surroundings, hash(request.before), hash(request.after))
+        return request
+
+
 class CrossFileSources:
     """The index, the open documents and the recent ranges of one session, and the choice among them."""
 
@@ -130,27 +156,35 @@ class CrossFileSources:
         if budget <= 0:
             return ()
         path = os.path.abspath(path) if path else ""
-        before = context.prefix[: context.prefix.rfind("\n") + 1]
-        newline = context.suffix.find("\n")
-        after = context.suffix[newline + 1:] if newline >= 0 else ""
-        others = [f for f in self.open_files() if f.path != path and f.language == language]
-        recent = self.recent.others(path)
-        index = self.index
-        key = (language, hash(before), hash(after), budget,
-               index.generation_without(path) if index is not None else 0,
-               tuple((f.path, f.revision) for f in others), recent)
+        request = _Request.of(self, path, language, context, budget)
         memo = self._memo.get(path)
-        if memo is not None and memo[0] == key:
+        if memo is not None and memo[0] == request.key:
             return memo[1]
-        # The names of the file as the index has it (the editor's buffer), less those of the cursor's
-        # line (what is being typed there must not change the choice).
-        line = context.prefix[len(before):] + (context.suffix[:newline] if newline >= 0 else context.suffix)
-        chosen = self._choose(path, language, before, after, others, recent, budget, identifiers(line))
-        self._memo[path] = (key, chosen)
+        chosen = self._choose(path, language, request.before, request.after, request.others, request.recent, budget,
+                              identifiers(request.line))
+        self._memo[path] = (request.key, chosen)
         self._memo.move_to_end(path)
         while len(self._memo) > _MEMO_SIZE:
             self._memo.popitem(last=False)
         return chosen
+
+    def known(self, path: str | None, language: str, context: InfillContext, budget: int, *,
+              nearby: bool = False) -> tuple[CrossFileSnippet, ...] | None:
+        """The choice `snippets` would return, when it is memoized (no choosing here), else None.
+
+        `nearby`: also the memoized choice of the file for another place of the cursor, when it was
+        made with everything else alike (budget, language, the other files, the recent ranges): what
+        the server shows while the user types across lines, until a pause (server/workspace.py)."""
+        if budget <= 0:
+            return ()
+        path = os.path.abspath(path) if path else ""
+        memo = self._memo.get(path)
+        if memo is None:
+            return None
+        request = _Request.of(self, path, language, context, budget)
+        if memo[0] == request.key or (nearby and memo[0][0] == request.key[0]):
+            return memo[1]
+        return None
 
     # -- choosing --------------------------------------------------------------------------------
 

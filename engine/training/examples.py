@@ -7,8 +7,12 @@ A hole is chosen the way the syntax planner's kinds describe them (engine/syntax
 - statement: a whole statement among siblings (its line keeps its indentation);
 - block: every statement of a body (the header and, for braces, the `{ }` stay);
 - lines: the rest of a line and the 1-3 lines after it (a multi-line hole that ignores
-  syntax, as HumanEval's multi-line infilling does).
-A recipe's `kindWeights` sets the mix (default KIND_WEIGHTS; the "lines" kind only when named).
+  syntax, as HumanEval's multi-line infilling does);
+- span: from a token boundary of a code line, exactly as many tokens as the canvas holds
+  before its end-of-turn (issue 28: every canvas position is an answer token, so the decoder
+  learns to write from the prompt ~6x faster per example than from the product's short holes;
+  the nearest thing to plain continuation that keeps the product's prompt).
+A recipe's `kindWeights` sets the mix (default KIND_WEIGHTS; "lines" and "span" only when named).
 The hole is removed, and the product's own pipeline builds the prompt: `prepare_infill`
 (planner + context window) and `PromptBuilder` (chat template, instruction, <CURSOR>), in
 the natural layout or, for a recipe's `suffixFirstShare` of examples, the suffix-first one.
@@ -32,8 +36,8 @@ from ..syntax.infill import prepare_infill
 from ..syntax.languages import BLOCK_TYPES
 from .corpus import CodeFile
 
-KINDS = ("line", "expression", "statement", "block", "lines")
-KIND_WEIGHTS = (0.4, 0.2, 0.25, 0.15, 0.0)
+KINDS = ("line", "expression", "statement", "block", "lines", "span")
+KIND_WEIGHTS = (0.4, 0.2, 0.25, 0.15, 0.0, 0.0)
 """Line holes dominate typing; the others follow how often an editor asks for them."""
 
 
@@ -86,6 +90,8 @@ class ExampleMaker:
         return None
 
     def _example(self, doc: SyntaxDocument, hole: Hole, rng: random.Random) -> Example | None:
+        if hole.kind == "span":
+            hole = self._fill_canvas(doc.text, hole)
         middle = doc.text[hole.start:hole.end]
         middle_ids = self.tokenizer(middle, add_special_tokens=False)["input_ids"]
         if not middle.strip() or len(middle_ids) > self.canvas_length - 1:
@@ -101,6 +107,14 @@ class ExampleMaker:
         canvas = middle_ids + [self.end_id]
         canvas += [self.pad_id] * (self.canvas_length - len(canvas))
         return Example(kind=hole.kind, prompt_ids=prompt_ids, canvas_ids=canvas, middle=middle)
+
+
+    def _fill_canvas(self, text: str, hole: Hole) -> Hole:
+        """The span hole cut down to the canvas: its first canvas_length - 1 tokens (a token's end, by offsets)."""
+        window = text[hole.start:hole.end]
+        offsets = self.tokenizer(window, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        keep = offsets[: self.canvas_length - 1]
+        return Hole("span", hole.start, hole.start + (keep[-1][1] if keep else 0))
 
 
 def end_of_turn_id(tokenizer) -> int:
@@ -122,6 +136,9 @@ def choose_hole(doc: SyntaxDocument, kind: str, rng: random.Random) -> Hole | No
         return _expression_hole(doc.text, rng)
     if kind == "lines":
         return _lines_hole(doc.text, rng)
+    if kind == "span":  # ExampleMaker cuts it to the canvas by tokens; 16 characters a token is plenty
+        first = _line_hole(doc.text, rng)
+        return None if first is None else Hole("span", first.start, min(len(doc.text), first.start + 4096))
     if doc.tree is None:
         return None
     blocks = _block_nodes(doc)

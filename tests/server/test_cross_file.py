@@ -105,3 +105,55 @@ async def test_the_imported_definition_reaches_the_prompt_and_crossfile_false_tu
         lsp.FileEvent(uri=(WORKSPACE / "app" / "models.py").as_uri(), type=lsp.FileChangeType.Changed)]))
     snippets = await until_snippets(client, lambda found: any("def invoice_amount" in s["text"] for s in found))
     assert any(s["path"] == "app/models.py" for s in snippets)
+
+
+LEDGER = '''from .models import Invoice
+
+
+def settle(invoice: Invoice):
+    owed = 0
+    return owed
+'''
+LEDGER_URI = (WORKSPACE / "app" / "ledger.py").as_uri()
+
+
+async def snippets_at(client: LanguageClient, uri: str, position: lsp.Position) -> list[dict]:
+    await within(client.text_document_inline_completion_async(lsp.InlineCompletionParams(
+        text_document=lsp.TextDocumentIdentifier(uri=uri), position=position,
+        context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Automatic))))
+    return await within(client.workspace_execute_command_async(
+        lsp.ExecuteCommandParams(command="dgemma.contextSnippets", arguments=[uri])))
+
+
+async def test_a_new_line_typed_keeps_the_snippets_until_a_pause(client):
+    """Typing across lines (Enter) keeps the prompt's snippets, so the request does not wait for a new
+    choice and the prompt's stable part keeps its cache; once the client is quiet the choice for the
+    new place is made in the background, and the next request shows it."""
+    (WORKSPACE / "app" / "ledger.py").write_text(LEDGER)
+    open_document(client, LEDGER_URI, LEDGER)
+    first_place = lsp.Position(line=4, character=len("    owed = 0"))
+
+    async def settled():
+        while True:
+            found = await snippets_at(client, LEDGER_URI, first_place)
+            if any(s["path"] == "app/models.py" for s in found):
+                await asyncio.sleep(1.5)  # quiet, then ask again: the choice of a client that is not typing
+                return await snippets_at(client, LEDGER_URI, first_place)
+            await asyncio.sleep(0.5)
+
+    before = await within(settled(), TIMEOUT)
+    # Enter, then a line that calls a method of the imported class: the code outside the cursor's line
+    # changed, and with it what the choice would pick.
+    typed = "\n    owed = invoice.total_with_tax(0.2)\n    "
+    client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+        text_document=lsp.VersionedTextDocumentIdentifier(uri=LEDGER_URI, version=2),
+        content_changes=[lsp.TextDocumentContentChangePartial(range=lsp.Range(start=first_place, end=first_place),
+                                                              text=typed)]))
+    new_place = lsp.Position(line=6, character=4)
+    while_typing = await snippets_at(client, LEDGER_URI, new_place)
+    assert while_typing == before
+
+    await asyncio.sleep(1.5)  # a pause: the choice for the new place is made in the background
+    after_pause = await snippets_at(client, LEDGER_URI, new_place)
+    assert after_pause != before
+    assert any(s["path"] == "app/models.py" and "total_with_tax" in s["text"] for s in after_pause)

@@ -100,6 +100,21 @@ def test_an_example_is_the_products_prompt_and_a_finished_canvas(tokenizer):
     assert [e.prompt_ids for e in again] == [e.prompt_ids for e in examples]
 
 
+def test_a_span_hole_fills_the_canvas_with_answer(tokenizer):
+    maker = ExampleMaker(tokenizer, 16, max_prompt_tokens=512, context_tokens=(64, 256), kind_weights={"span": 1.0})
+    file = CodeFile(source="sample", path="sample.py", language="python", text=SAMPLE)
+    examples = [e for seed in range(20) if (e := maker.make(file, random.Random(seed)))]
+    assert len(examples) >= 15
+    end = end_of_turn_id(tokenizer)
+    for example in examples:
+        assert example.kind == "span" and example.middle in SAMPLE
+        answer = example.canvas_ids[: example.canvas_ids.index(end)]
+        assert tokenizer.decode(answer) == example.middle
+        # Every position is answer (then its end), unless the file ended first.
+        assert len(answer) == 15 or SAMPLE.endswith(example.middle)
+    assert sum(len(e.middle) for e in examples) / len(examples) > 30
+
+
 def test_a_left_padded_batch_denoises_each_row_as_if_alone(tokenizer):
     from transformers import DynamicCache
 

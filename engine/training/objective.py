@@ -22,11 +22,15 @@ Two choices of ours spend the CPU on the answer (issue 28):
 The answer-only loss and accuracy (answer tokens + the first end-of-turn) are reported
 beside the canvas figures: they are what the model is for.
 
-One deviation, for speed on small machines: the encoder's next-token loss covers the prompt
-(the code around the hole), not prompt + answer. So one encoder pass both trains the encoder
-and fills the decoder's cache, and no mask has to hide the answer from the decoder; the
-answer's tokens are learned by the decoder's loss. Knows torch and the model; knows nothing
-of files or prompts' meaning.
+The encoder's next-token loss covers the prompt, and with `answer_encoder_weight` > 0 the answer
+too, as NeMo's recipe has it (the encoder reads prompt + response causally): a second, short
+encoder pass continues from a copy of the prompt's cache over the clean canvas, so the decoder
+still reads the prompt alone. The answer's causal loss teaches the shared weights the infill
+itself (find the cursor, continue the code before it) with every earlier answer token given:
+far easier to learn than from a canvas of noise, and it is what the decoder lacked (issue 28: a
+decoder trained only on its own loss learned to copy its canvas and hardly read the prompt).
+With the weight 0 (older recipes), one encoder pass over the prompt alone, as before.
+Knows torch and the model; knows nothing of files or prompts' meaning.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class LossParts:
     """Share of those positions whose argmax is the clean token."""
     answer_tokens: int = 0
     """Answer positions the decoder was trained on in this batch (every draw counts)."""
+    answer_encoder: float = float("nan")
+    """The encoder's next-token loss over the answer and its end-of-turn (answer_encoder_weight > 0)."""
 
 
 def collate(prompts: list[list[int]], canvases: list[list[int]], pad_id: int, end_id: int | None = None) -> Batch:
@@ -97,7 +103,7 @@ def softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
 
 def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_conditioning: float = 0.5,
                    encoder_loss_weight: float = 1.0, eps: float = 1e-3, draws: int = 1,
-                   pad_weight: float = 1.0, noise_floor: float = 0.0) -> LossParts:
+                   pad_weight: float = 1.0, noise_floor: float = 0.0, answer_encoder_weight: float = 0.0) -> LossParts:
     """The loss of one batch; call `.total.backward()` on the result.
 
     `noise_floor`: the lowest corruption level drawn (levels are uniform in [max(eps, floor), 1]).
@@ -118,6 +124,7 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
         input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions,
         **with_cache(cache), use_cache=True,
     )
+    answer_encoder = _answer_encoder_loss(model, batch, cache, encoder) if answer_encoder_weight > 0 else None
     # K draws: the decoder only reads the cache, so one encoder pass serves draws × rows canvases
     # (row r's draws are rows r*draws .. r*draws+draws-1).
     prompt_mask, clean, answer = batch.prompt_mask, batch.canvas_ids, batch.answer_mask
@@ -161,10 +168,39 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
     encoder_loss = F.cross_entropy(encoder_logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-100)
 
     total = diffusion + encoder_loss_weight * encoder_loss
+    if answer_encoder is not None:
+        total = total + answer_encoder_weight * answer_encoder
     hits = logits.argmax(-1) == clean  # [B, C]
     answer_count = int(answer.sum())
     return LossParts(
         total=total, diffusion=diffusion.item(), encoder=encoder_loss.item(), canvas_accuracy=hits.float().mean().item(),
         answer_loss=(per_position.detach()[answer].mean().item()), answer_accuracy=hits[answer].float().mean().item(),
         answer_tokens=answer_count,
+        answer_encoder=answer_encoder.item() if answer_encoder is not None else float("nan"),
     )
+
+
+def _answer_encoder_loss(model, batch: Batch, cache, encoded) -> torch.Tensor:
+    """The encoder's causal next-token loss over the answer and its first end-of-turn.
+
+    Runs on a copy of the prompt's cache (the decoder must read the prompt alone): the last
+    prompt position predicts the answer's first token, each answer position the next."""
+    import copy
+
+    # A shallow copy per layer is enough: a layer's update concatenates into new tensors and leaves
+    # the prompt's keys and values (which carry the graph: no deepcopy) as the decoder will read them.
+    answer_cache = copy.copy(cache)
+    answer_cache.layers = [copy.copy(layer) for layer in cache.layers]
+    rows, canvas_length = batch.canvas_ids.shape
+    lengths = batch.prompt_mask.sum(-1, keepdim=True)  # [B, 1]
+    answer_mask = batch.answer_mask.long()
+    continued = model.model.encoder(
+        input_ids=batch.canvas_ids, attention_mask=torch.cat([batch.prompt_mask, answer_mask], dim=-1),
+        position_ids=lengths + torch.arange(canvas_length, device=lengths.device), **with_cache(answer_cache),
+        use_cache=True,
+    )
+    # Inputs: the last prompt position, then the answer's tokens; targets: the answer's tokens.
+    hidden = torch.cat([encoded.last_hidden_state[:, -1:], continued.last_hidden_state[:, :-1]], dim=1)
+    logits = softcapped_logits(model, hidden)  # [B, C, V]
+    targets = batch.canvas_ids.masked_fill(~batch.answer_mask, -100)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)

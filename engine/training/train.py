@@ -205,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
             group["lr"] = _learning_rate(schedule, step, total_steps)
         parts = diffusion_loss(model, batch, generator, self_conditioning=schedule["selfConditioning"],
                                encoder_loss_weight=schedule["encoderLossWeight"], eps=schedule["eps"],
-                               draws=draws, pad_weight=pad_weight, noise_floor=schedule.get("noiseFloor", 0.0))
+                               draws=draws, pad_weight=pad_weight, noise_floor=schedule.get("noiseFloor", 0.0),
+                               answer_encoder_weight=schedule.get("answerEncoderWeight", 0.0))
         optimizer.zero_grad(set_to_none=True)
         parts.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), schedule["clipNorm"])
@@ -214,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
         tokens_seen += int(batch.prompt_mask.sum()) + batch.canvas_ids.numel()
         answer_seen += parts.answer_tokens
         window = (window + [(parts.diffusion, parts.encoder, parts.canvas_accuracy, parts.answer_loss,
-                             parts.answer_accuracy)])[-50:]  # floats: no graph kept
+                             parts.answer_accuracy, parts.answer_encoder)])[-50:]  # floats: no graph kept
         rate = (tokens_seen - tokens_at_start) / max(time.perf_counter() - started, 1e-9)  # this session's rate
         progress.update(step, parts, rate, cpu_seconds())
         now = cpu_seconds()
@@ -282,8 +283,11 @@ def _save_snapshot(run_dir: Path, model, cpu: float, step: int, tokens: int, ans
 
 
 def _window_means(window) -> dict:
-    names = ("diffusion", "encoder", "canvasAccuracy", "answerLoss", "answerAccuracy")
-    return {name: _mean(w[i] for w in window) for i, name in enumerate(names)}
+    names = ("diffusion", "encoder", "canvasAccuracy", "answerLoss", "answerAccuracy", "answerEncoder")
+    means = {name: _mean(w[i] for w in window) for i, name in enumerate(names)}
+    if math.isnan(means["answerEncoder"]):  # a recipe without the encoder's answer loss
+        del means["answerEncoder"]
+    return means
 
 
 def _log_line(path: Path, *, step: int, tokens: int, window, cpuSeconds: float, answerTokens: int) -> None:  # noqa: N803
@@ -335,7 +339,7 @@ class _progress:
             self.bar.n = step
             self.bar.set_postfix(ans_loss=f"{parts.answer_loss:.3f}", ans_acc=f"{parts.answer_accuracy:.2f}",
                                  loss=f"{parts.diffusion:.3f}", enc=f"{parts.encoder:.3f}",
-                                 tok_s=f"{rate:.0f}", cpu_h=f"{cpu / 3600:.2f}")
+                                 enc_ans=f"{parts.answer_encoder:.3f}", tok_s=f"{rate:.0f}", cpu_h=f"{cpu / 3600:.2f}")
 
     def close(self) -> None:
         if self.bar is not None:

@@ -160,6 +160,34 @@ def test_the_objective_learns_a_batch(tokenizer):
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
 
 
+def test_the_encoders_answer_loss_is_one_causal_pass_and_leaves_the_decoder_the_prompt(tokenizer):
+    """With answer_encoder_weight the encoder also reads the answer (a second pass from a copy of the
+    prompt's cache): its loss is the plain next-token loss of prompt + answer read at once, and the
+    decoder's loss, which must see the prompt alone, is what it was without it."""
+    model = build_tiny_model().eval()
+    maker = ExampleMaker(tokenizer, 32, max_prompt_tokens=400, context_tokens=(32, 160))
+    file = CodeFile(source="sample", path="sample.py", language="python", text=SAMPLE)
+    rows = [e for seed in range(30) if (e := maker.make(file, random.Random(seed)))][:3]
+    end = end_of_turn_id(tokenizer)
+    batch = collate([e.prompt_ids for e in rows], [e.canvas_ids for e in rows], 0, end)
+    with torch.no_grad():
+        plain = diffusion_loss(model, batch, torch.Generator().manual_seed(3), self_conditioning=0.0)
+        both = diffusion_loss(model, batch, torch.Generator().manual_seed(3), self_conditioning=0.0,
+                              answer_encoder_weight=0.5)
+        assert both.diffusion == pytest.approx(plain.diffusion, abs=1e-5)
+        assert both.total.item() == pytest.approx(plain.total.item() + 0.5 * both.answer_encoder, abs=1e-4)
+        # The same loss, from one causal pass per row over its prompt and answer (the model's own forward).
+        losses = []
+        for example in rows:
+            answer = example.canvas_ids[: example.canvas_ids.index(end) + 1]
+            ids = torch.tensor([example.prompt_ids + answer])
+            hidden = model.model.encoder(input_ids=ids).last_hidden_state
+            logits = softcapped_logits(model, hidden[:, len(example.prompt_ids) - 1:-1])
+            losses.append(torch.nn.functional.cross_entropy(logits[0], torch.tensor(answer), reduction="sum"))
+        tokens = sum(e.canvas_ids.index(end) + 1 for e in rows)
+        assert both.answer_encoder == pytest.approx((sum(losses) / tokens).item(), abs=1e-3)
+
+
 def _train(run_dir: Path, recipe: Path, steps: int) -> None:
     subprocess.run([sys.executable, "-m", "dgemma_lsp.server.cli", "train", str(run_dir), "--config", str(recipe),
                     "--steps", str(steps), "--quiet", "--threads", "1"], check=True, timeout=300)

@@ -107,6 +107,8 @@ class LatencyReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     max_tokens: int
     prompt_layout: str | None = None
     """The server's promptLayout setting (None: its default)."""
+    cross_file: bool = True
+    """The server's crossFile setting (--no-cross-file: off, the prompt holds the file alone)."""
     first_draft_ms: Percentiles
     final_ms: Percentiles
     cache_hit_ms: Percentiles
@@ -442,6 +444,7 @@ def _run_once(
     loop_floor: bool = False,
     loop_probe: bool = False,
     workspace: Path | None = None,
+    cross_file: bool = True,
     progress=None,
 ) -> tuple[LatencyReport, dict[str, Any]]:
     """One typing session: its report, and the raw samples (`measure`) a series pools."""
@@ -462,6 +465,8 @@ def _run_once(
         settings["steps"] = steps
     if layout is not None:
         settings["promptLayout"] = layout
+    if not cross_file:
+        settings["crossFile"] = False
     fd, log_file = tempfile.mkstemp(prefix="dgemma-bench-", suffix=".log")
     os.close(fd)
     load_at_start = os.getloadavg()[0]
@@ -487,6 +492,7 @@ def _run_once(
         steps=steps,
         max_tokens=max_tokens,
         prompt_layout=layout,
+        cross_file=cross_file,
         first_draft_ms=percentiles(samples["first_draft"]),
         final_ms=percentiles(samples["final"]),
         cache_hit_ms=hit,
@@ -610,6 +616,9 @@ def add_arguments(parser) -> None:
                         help="folder the server opens as its workspace: its cross-file index is built over it "
                              "before typing starts (--file must lie inside it; e.g. the standard library's "
                              "folder, which holds textwrap.py)")
+    parser.add_argument("--no-cross-file", dest="cross_file", action="store_false",
+                        help="the server's crossFile setting off: the same session without snippets from other "
+                             "files (with --workspace: the baseline of the cross-file context's cost)")
     parser.add_argument("--loop-probe", action="store_true",
                         help="the server's loop monitor also probes its loop every millisecond (the "
                              "monitor before 2026-11-24 evening); it slows the server it measures")
@@ -620,7 +629,7 @@ def _options(args) -> dict[str, Any]:
                 max_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
                 layout=getattr(args, "layout", None), loop_floor=getattr(args, "loop_floor", False),
                 loop_probe=getattr(args, "loop_probe", False), workspace=getattr(args, "workspace", None),
-                progress=say)
+                cross_file=getattr(args, "cross_file", True), progress=say)
 
 
 def run_from_args(args) -> LatencyReport:

@@ -93,14 +93,14 @@ class SyntaxWorker:
         """Whether background work should stop: a job waits, or the client spoke within QUIET_S."""
         return self._foreground > 0 or self._clock() - self._client_spoke_at < self.quiet_s
 
-    def wait_for_quiet(self) -> bool:
-        """On the worker: wait (GIL released) until the client has been quiet for QUIET_S;
+    def wait_for_quiet(self, quiet_s: float | None = None) -> bool:
+        """On the worker: wait (GIL released) until the client has been quiet for QUIET_S (or `quiet_s`);
         False when a job that is not background work arrived first (background work goes behind it)."""
         while True:
             with self._settle_lock:
                 if self._foreground > 0:
                     return False
-                left = self.quiet_s - (self._clock() - self._client_spoke_at)
+                left = (self.quiet_s if quiet_s is None else quiet_s) - (self._clock() - self._client_spoke_at)
                 if left <= 0:
                     return True
                 self.settled.set()

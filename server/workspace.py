@@ -33,10 +33,12 @@ log = logging.getLogger(__name__)
 EDITOR_SHARE = 0.3
 """Of the cross-file budget, kept for the editor's definitions (when it has found any near the cursor)."""
 TYPING_S = 1.0
-"""A document asked for completions less than this ago is being typed into: a new place of its
-cursor (a new line) keeps the snippets its last prompt showed, and the new choice is made in the
-background once the client is quiet (issue 30: choosing took 13-31 ms per Enter, before the request,
-and changed the prompt's stable part, so the whole prompt was encoded again)."""
+"""A document asked for completions less than this ago is being typed into. The snippets of a
+prompt change only with its line (the code outside the cursor's line, which the choice reads); a
+new line while typing takes the newest choice ready (made for an earlier line) and the choice for
+it is made in the background once the client has been quiet this long, for the next new line to
+take (issue 30: choosing took 13-31 ms per Enter in Python, on the keystroke's path). A document
+asked for after a pause, or for the first time, is chosen for at once."""
 
 
 def uri_to_path(uri: str) -> str | None:
@@ -68,6 +70,8 @@ class WorkspaceContext:
         """Per document, the editor's definitions its latest prompt showed (logged when they change)."""
         self._asked_at: dict[str, float] = {}
         """Per document, when its latest prompt was built (worker clock): is the user typing?"""
+        self._shown: dict[str, tuple[tuple | None, tuple[CrossFileSnippet, ...]]] = {}
+        """Per document, the sources' choice its current line shows, by the choice's key (gather.py)."""
         self._to_choose: dict[str, tuple[str, str, InfillContext, int]] = {}
         """Per document, the latest request whose choice was put off until the client is quiet."""
         self._choosing_posted = False
@@ -109,6 +113,7 @@ class WorkspaceContext:
         self._dirty.discard(uri)
         self._editor_shown.pop(uri, None)
         self._asked_at.pop(uri, None)
+        self._shown.pop(uri, None)
         self._to_choose.pop(uri, None)
         if path is not None and self.index is not None:
             index = self.index
@@ -158,34 +163,44 @@ class WorkspaceContext:
 
     def _sources_choice(self, uri: str, path: str, language: str, context: InfillContext,
                         budget: int) -> tuple[CrossFileSnippet, ...]:
-        """The sources' choice for this prompt; while the user types, the last one shown for a new line."""
+        """The sources' choice for this prompt: the same for every keystroke of a line; while the user
+        types, a new line takes the newest choice made in the background, never one made on its path."""
         now = time.monotonic()
         typing = now - self._asked_at.get(uri, -TYPING_S) < TYPING_S
         self._asked_at[uri] = now
         if len(self._asked_at) > 4096:
             self._asked_at.clear()
-        known = self.sources.known(path, language, context, budget, nearby=typing)
-        if known is None:
-            return self.sources.snippets(path, language, context, budget)
-        if typing and self.sources.known(path, language, context, budget) is None:
-            self._to_choose[uri] = (path, language, context, budget)
-            if not self._choosing_posted:
-                self._choosing_posted = True
-                self.worker.post(self._choose_when_quiet, background=True)
-        return known
+        key = self.sources.key(path, language, context, budget)
+        shown = self._shown.get(uri)
+        if shown is not None and shown[0] == key:
+            return shown[1]
+        ready = self.sources.known(path, language, context, budget, nearby=True) if typing else None
+        if ready is None:
+            chosen = self.sources.snippets(path, language, context, budget)
+        else:
+            chosen = ready
+            if self.sources.known(path, language, context, budget) is None:
+                self._to_choose[uri] = (path, language, context, budget)
+                if not self._choosing_posted:
+                    self._choosing_posted = True
+                    self.worker.post(self._choose_when_quiet, background=True)
+        self._shown[uri] = (key, chosen)
+        return chosen
 
     def _choose_when_quiet(self) -> None:
-        """Background: the choices put off while the user typed, made (and memoized) at a pause."""
+        """Background: the choices put off while the user typed, made once the client has been quiet
+        for TYPING_S (a shorter wait would run them in the gaps of steady typing, and a choice, which
+        does not give way midway, would hold up the keystroke after it)."""
         self._choosing_posted = False
         if not self._to_choose:
             return
-        if not self.worker.wait_for_quiet():
+        if not self.worker.wait_for_quiet(TYPING_S):
             self._choosing_posted = True
             self.worker.post(self._choose_when_quiet, background=True)
             return
         while self._to_choose and not self.worker.busy:
             _uri, (path, language, context, budget) = self._to_choose.popitem()
-            self.sources.snippets(path, language, context, budget)
+            self.sources.snippets(path, language, context, budget)  # memoized: the next new line takes it
         if self._to_choose:
             self._choosing_posted = True
             self.worker.post(self._choose_when_quiet, background=True)

@@ -168,6 +168,13 @@ class CrossFileSources:
             self._memo.popitem(last=False)
         return chosen
 
+    def key(self, path: str | None, language: str, context: InfillContext, budget: int) -> tuple | None:
+        """What the choice for this prompt depends on, hashed: equal keys, equal choices."""
+        if budget <= 0:
+            return None
+        path = os.path.abspath(path) if path else ""
+        return _Request.of(self, path, language, context, budget).key
+
     def known(self, path: str | None, language: str, context: InfillContext, budget: int, *,
               nearby: bool = False) -> tuple[CrossFileSnippet, ...] | None:
         """The choice `snippets` would return, when it is memoized (no choosing here), else None.

@@ -125,10 +125,14 @@ async def snippets_at(client: LanguageClient, uri: str, position: lsp.Position) 
         lsp.ExecuteCommandParams(command="dgemma.contextSnippets", arguments=[uri])))
 
 
+def models_score(snippets: list[dict]) -> float:
+    return next(s["score"] for s in snippets if s["path"] == "app/models.py")
+
+
 async def test_a_new_line_typed_keeps_the_snippets_until_a_pause(client):
-    """Typing across lines (Enter) keeps the prompt's snippets, so the request does not wait for a new
-    choice and the prompt's stable part keeps its cache; once the client is quiet the choice for the
-    new place is made in the background, and the next request shows it."""
+    """While the user types, the snippets change only with a new line (whose prompt is encoded anew
+    anyway), and never wait for a choice: a new line takes the newest choice made in the background.
+    The choice for a line is made once the client has been quiet a moment, for the next line to take."""
     (WORKSPACE / "app" / "ledger.py").write_text(LEDGER)
     open_document(client, LEDGER_URI, LEDGER)
     first_place = lsp.Position(line=4, character=len("    owed = 0"))
@@ -137,23 +141,28 @@ async def test_a_new_line_typed_keeps_the_snippets_until_a_pause(client):
         while True:
             found = await snippets_at(client, LEDGER_URI, first_place)
             if any(s["path"] == "app/models.py" for s in found):
-                await asyncio.sleep(1.5)  # quiet, then ask again: the choice of a client that is not typing
+                await asyncio.sleep(1.5)  # a pause, then ask again: the choice of a client that is not typing
                 return await snippets_at(client, LEDGER_URI, first_place)
             await asyncio.sleep(0.5)
 
+    def type_at(position: lsp.Position, text: str, version: int) -> None:
+        client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+            text_document=lsp.VersionedTextDocumentIdentifier(uri=LEDGER_URI, version=version),
+            content_changes=[lsp.TextDocumentContentChangePartial(range=lsp.Range(start=position, end=position),
+                                                                  text=text)]))
+
     before = await within(settled(), TIMEOUT)
     # Enter, then a line that calls a method of the imported class: the code outside the cursor's line
-    # changed, and with it what the choice would pick.
-    typed = "\n    owed = invoice.total_with_tax(0.2)\n    "
-    client.text_document_did_change(lsp.DidChangeTextDocumentParams(
-        text_document=lsp.VersionedTextDocumentIdentifier(uri=LEDGER_URI, version=2),
-        content_changes=[lsp.TextDocumentContentChangePartial(range=lsp.Range(start=first_place, end=first_place),
-                                                              text=typed)]))
-    new_place = lsp.Position(line=6, character=4)
-    while_typing = await snippets_at(client, LEDGER_URI, new_place)
-    assert while_typing == before
+    # changed, and with it what the choice picks; the new line's request still shows the snippets
+    # it had, and so does every keystroke of that line.
+    type_at(first_place, "\n    owed = invoice.total_with_tax(0.2)\n    ", 2)
+    assert await snippets_at(client, LEDGER_URI, lsp.Position(line=6, character=4)) == before
+    type_at(lsp.Position(line=6, character=4), "owed", 3)
+    assert await snippets_at(client, LEDGER_URI, lsp.Position(line=6, character=8)) == before
 
-    await asyncio.sleep(1.5)  # a pause: the choice for the new place is made in the background
-    after_pause = await snippets_at(client, LEDGER_URI, new_place)
-    assert after_pause != before
-    assert any(s["path"] == "app/models.py" and "total_with_tax" in s["text"] for s in after_pause)
+    await asyncio.sleep(2.0)  # a pause: the choice for this line is made in the background
+    assert await snippets_at(client, LEDGER_URI, lsp.Position(line=6, character=8)) == before  # same line
+    type_at(lsp.Position(line=6, character=8), " += 1\n    ", 4)  # and Enter: the new line takes it
+    after = await snippets_at(client, LEDGER_URI, lsp.Position(line=7, character=4))
+    # The class's score counts the call of its method on the line before.
+    assert models_score(after) > models_score(before)

@@ -124,7 +124,7 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
         input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions,
         **with_cache(cache), use_cache=True,
     )
-    answer_encoder = _answer_encoder_loss(model, batch, cache, encoder) if answer_encoder_weight > 0 else None
+    answer_encoder = answer_encoder_loss(model, batch, cache, encoder) if answer_encoder_weight > 0 else None
     # K draws: the decoder only reads the cache, so one encoder pass serves draws × rows canvases
     # (row r's draws are rows r*draws .. r*draws+draws-1).
     prompt_mask, clean, answer = batch.prompt_mask, batch.canvas_ids, batch.answer_mask
@@ -180,7 +180,7 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
     )
 
 
-def _answer_encoder_loss(model, batch: Batch, cache, encoded) -> torch.Tensor:
+def answer_encoder_loss(model, batch: Batch, cache, encoded) -> torch.Tensor:
     """The encoder's causal next-token loss over the answer and its first end-of-turn.
 
     Runs on a copy of the prompt's cache (the decoder must read the prompt alone): the last

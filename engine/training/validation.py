@@ -8,7 +8,9 @@ The figures, per checkpoint or snapshot, from one decoder pass with no self-cond
 (the first step of `generate`): for a canvas of pure noise (t = 1) and half noise (t = 0.5),
 the answer-token accuracy (answer tokens + the first end-of-turn), the answer loss, and the
 share of holes whose whole answer is right at t = 1. Noise is drawn from a fixed seed, so
-two checkpoints see the same canvases.
+two checkpoints see the same canvases. Beside them, `answerLossCausal`: the encoder's next-token
+loss over the answer given the prompt and the answer's earlier tokens (what the shared weights
+know of the infill, read causally; objective.py's answer_encoder_weight trains it).
 
 `python -m dgemma_lsp.engine.training.validation RUN_DIR...` scores every snapshot of each
 run not yet scored and appends to RUN_DIR/validation.jsonl. Knows torch and the training
@@ -60,18 +62,24 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
     from transformers import DynamicCache
 
     from ..runtime.cache_keyword import with_cache
-    from .objective import collate, softcapped_logits
+    from .objective import answer_encoder_loss, collate, softcapped_logits
 
     model.eval()
     vocab = model.config.text_config.vocab_size
     generator = torch.Generator().manual_seed(VALIDATION_SEED)
     sums = {t: [0.0, 0, 0] for t in NOISE_LEVELS}  # loss sum, hits, positions
-    exact = 0
+    exact, causal_sum, causal_count = 0, 0.0, 0
     with torch.no_grad():
         for start in range(0, len(examples), batch_size):
             rows = examples[start:start + batch_size]
             batch = collate([e.prompt_ids for e in rows], [e.canvas_ids for e in rows], pad_id, end_id)
             positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
+            cache = DynamicCache(config=model.config.text_config)
+            encoded = model.model.encoder(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask,
+                                          position_ids=positions, **with_cache(cache), use_cache=True)
+            count = int(batch.answer_mask.sum())
+            causal_sum += float(answer_encoder_loss(model, batch, cache, encoded)) * count
+            causal_count += count
             for t in NOISE_LEVELS:
                 cache = DynamicCache(config=model.config.text_config)
                 model.model.encoder(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask,
@@ -94,7 +102,8 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
                 sums[t][2] += int(answer.sum())
                 if t == 1.0:
                     exact += int((hits | ~answer).all(-1).sum())
-    figures = {"holes": len(examples), "exactAtT1": round(exact / len(examples), 4)}
+    figures = {"holes": len(examples), "exactAtT1": round(exact / len(examples), 4),
+               "answerLossCausal": round(causal_sum / causal_count, 4)}
     for t, (loss, hits, count) in sums.items():
         figures[f"answerAccuracyT{t:g}"] = round(hits / count, 4)
         figures[f"answerLossT{t:g}"] = round(loss / count, 4)

@@ -37,6 +37,7 @@ from .index import WorkspaceIndex
 from .neighbours import OpenFile, RecentRanges, SimilarWindows, identifiers
 from .outline import Definition, words_of
 from .resolve import Link, resolve_imports
+from .windows import FileWindows
 
 OPEN_DOCUMENT_SHARE = 0.25
 """Of the cross-file budget, kept for similar windows of open documents (when there are any)."""
@@ -92,6 +93,10 @@ COUSE_FILES = 8
 """The files most like this one that COUSE counts."""
 DENSITY = 0.5
 """The choice ranks definitions by score / tokens ** DENSITY."""
+WINDOW_BONUS = 12.0
+"""Score of a definition by the similarity (0-1) to the lines before the cursor's line of the most
+similar window of the linked files that uses its name (in it or in the two lines after it): code
+like this code elsewhere in the package uses it (windows.py)."""
 HEADER_TOKENS = 12
 """Tokens of a file's heading in the prompt ("From path:" and its fence)."""
 _MEMO_SIZE = 32
@@ -108,6 +113,7 @@ class CrossFileSources:
         self.open_files = open_files or (lambda: [])
         self.recent = recent or RecentRanges()
         self.windows = SimilarWindows()
+        self.file_windows = FileWindows()
         self._memo: OrderedDict[str, tuple[tuple, tuple[CrossFileSnippet, ...]]] = OrderedDict()
         self._links: dict[str, tuple[int, object, list]] = {}
         self._weights_generation = -1
@@ -259,6 +265,10 @@ class CrossFileSources:
         mentioned = (set(index.uses.get(path, ())) - cursor_line) | set(near_names)
         # Not in Go: a package's files share one namespace and all of them are peers (measured worse).
         couse = self._couse(path, mentioned, [link.path for link, _weight in links]) if language != "go" else {}
+        # The names that code like the lines before the cursor's line uses elsewhere in the package.
+        followed = self.file_windows.names_near(
+            before, [(link.path, index.files[link.path]) for link, _weight in links if link.path in index.files],
+            self._rarity)
         for link, weight in links:
             outline = index.files.get(link.path)
             if outline is None:
@@ -286,6 +296,7 @@ class CrossFileSources:
                     score += LOCALITY * _closeness(anchors, definition.start_line)
                 if definition.name in near_names:
                     score += USED_BONUS
+                score += WINDOW_BONUS * followed.get(definition.name, 0.0)
                 if definition.name in link.names:
                     score += IMPORTED_BONUS
                 if definition.parent is None:
@@ -453,6 +464,13 @@ class CrossFileSources:
             if len(self._use_sets) > 2 * len(self.index.files) + 64:  # files gone from the index
                 self._use_sets.clear()
                 self._own.clear()
+
+    def _rarity(self, name: str) -> float:
+        """How rare a name is among the workspace's files (0 for a name of two characters, which the
+        index does not count: mostly keywords)."""
+        if len(name) < 3:
+            return 0.0
+        return math.log((len(self.index.files) + 1) / (self.index.users(name) + 1)) if self.index.users(name) else 0.0
 
     def _similarity(self, definition: Definition, near: Counter[str]) -> float:
         """Shared words, rare ones weighing more, over the definition's own word weight (BM25's spirit)."""

@@ -1,0 +1,109 @@
+"""Similar windows of the linked files: which names code like the cursor's uses.
+
+Owns, per indexed file, its windows (WINDOW_LINES lines every WINDOW_STEP lines) as an inverted
+list (identifier -> the windows that use it) and, per window, the names it and the NEXT_LINES
+lines after it use; computed once per outline the index holds for the file (a re-indexed file
+gets new windows), from the file's text on disk. `names_near` matches the identifiers of the last
+QUERY_LINES non-blank lines before the cursor's line against the windows of the files the choice
+already considers (RepoCoder's and Copilot's similar windows, used here to rank names rather than
+to show code): similarity is the share of the query's rarity (a name's rarity: the log of files
+over the files that mention it) that a window also uses, and each name scores the similarity of
+the most similar window that uses it (or whose next lines do): a weak best match boosts little.
+Knows nothing of tree-sitter, tokens or LSP.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+
+from .files import read_source
+from .neighbours import identifiers
+
+WINDOW_LINES = 8
+"""Lines per window."""
+WINDOW_STEP = 4
+"""Windows start every this many lines."""
+NEXT_LINES = 2
+"""Lines after a window whose names count as its own (what followed that code)."""
+QUERY_LINES = 8
+"""Non-blank lines before the cursor's line matched against the windows."""
+TOP_WINDOWS = 64
+"""Most similar windows whose names score."""
+MIN_SIMILARITY = 0.1
+"""A window sharing less of the query's rarity than this is noise."""
+MAX_FILES = 400
+"""Files whose windows are remembered (the least recently used are forgotten)."""
+
+
+class _Windows:
+    """One file's windows: identifier -> indices of the windows using it; per window, its names."""
+
+    __slots__ = ("outline", "postings", "names")
+
+    def __init__(self, outline: object, postings: dict[str, tuple[int, ...]], names: list[frozenset[str]]) -> None:
+        self.outline, self.postings, self.names = outline, postings, names
+
+
+class FileWindows:
+    """Per file: its windows, kept while the index holds the same outline for it."""
+
+    def __init__(self) -> None:
+        self._files: OrderedDict[str, _Windows] = OrderedDict()
+
+    def of(self, path: str, outline: object) -> _Windows:
+        """The windows of `path` as indexed (`outline`: the index's entry, which changes when the file does)."""
+        cached = self._files.get(path)
+        if cached is not None and cached.outline is outline:
+            self._files.move_to_end(path)
+            return cached
+        lines = (read_source(path) or "").split("\n")
+        sets = [identifiers(line) for line in lines]
+        postings: dict[str, list[int]] = {}
+        names = []
+        for start in range(0, max(1, len(lines) - WINDOW_LINES + 1), WINDOW_STEP):
+            end = min(len(lines), start + WINDOW_LINES)
+            window = frozenset().union(*sets[start:end])
+            if not window:
+                continue
+            for name in window:
+                postings.setdefault(name, []).append(len(names))
+            names.append(window.union(*sets[end:end + NEXT_LINES]))
+        entry = self._files[path] = _Windows(outline, {k: tuple(v) for k, v in postings.items()}, names)
+        self._files.move_to_end(path)
+        while len(self._files) > MAX_FILES:
+            self._files.popitem(last=False)
+        return entry
+
+    def names_near(self, before: str, files: list[tuple[str, object]],
+                   rarity: Callable[[str], float]) -> dict[str, float]:
+        """Name -> similarity (0-1: the share of the query's rarity it shares) of the most similar
+        window of `files` ((path, outline) each) that uses it, against the last lines of `before`."""
+        query_lines = [line for line in before.split("\n") if line.strip()][-QUERY_LINES:]
+        # Sorted: the sums below add in one order whatever the hash seed (the same choice every run).
+        weights = {name: rarity(name) for name in sorted(identifiers("\n".join(query_lines)))}
+        total = sum(weights.values())
+        if not total:
+            return {}
+        looked_up = [(name, weight) for name, weight in weights.items() if weight > 0]  # not keywords
+        floor = MIN_SIMILARITY * total
+        best: list[tuple[float, int, int]] = []
+        entries = []
+        for number, (path, outline) in enumerate(files):
+            windows = self.of(path, outline)
+            entries.append(windows)
+            shared: dict[int, float] = {}
+            for name, weight in looked_up:
+                for window in windows.postings.get(name, ()):
+                    shared[window] = shared.get(window, 0.0) + weight
+            best.extend((-value, number, window) for window, value in shared.items() if value >= floor)
+        if not best:
+            return {}
+        best.sort()  # most similar first; ties in file order, then line order (deterministic)
+        scores: dict[str, float] = {}
+        for value, number, window in best[:TOP_WINDOWS]:
+            similarity = -value / total
+            for name in entries[number].names[window]:
+                if name not in scores:
+                    scores[name] = similarity
+        return scores

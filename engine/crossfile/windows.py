@@ -1,9 +1,9 @@
 """Similar windows of the linked files: which names code like the cursor's uses.
 
-Owns, per indexed file, its windows (WINDOW_LINES lines every WINDOW_STEP lines) as an inverted
-list (identifier -> the windows that use it) and, per window, the names it and the NEXT_LINES
-lines after it use; computed once per outline the index holds for the file (a re-indexed file
-gets new windows), from the file's text on disk. `names_near` matches the identifiers of the last
+Owns, per indexed file, its windows (8 lines every 4, made of 2-line chunks) as an inverted list
+(identifier -> the windows that use it) and each chunk's identifiers (a window's names are those
+of its chunks and of the chunk after it: what followed that code); computed once per outline the
+index holds for the file (a re-indexed file gets new windows), from the file's text on disk. `names_near` matches the identifiers of the last
 QUERY_LINES non-blank lines before the cursor's line against the windows of the files the choice
 already considers (RepoCoder's and Copilot's similar windows, used here to rank names rather than
 to show code): similarity is the share of the query's rarity (a name's rarity: the log of files
@@ -20,12 +20,14 @@ from collections.abc import Callable
 from .files import read_source
 from .neighbours import identifiers
 
-WINDOW_LINES = 8
-"""Lines per window."""
-WINDOW_STEP = 4
-"""Windows start every this many lines."""
-NEXT_LINES = 2
-"""Lines after a window whose names count as its own (what followed that code)."""
+CHUNK_LINES = 2
+"""Lines per chunk: a file is read as chunks, and windows and what follows them are made of chunks."""
+WINDOW_CHUNKS = 4
+"""Chunks per window (8 lines)."""
+STEP_CHUNKS = 2
+"""Windows start every this many chunks (4 lines)."""
+NEXT_CHUNKS = 1
+"""Chunks after a window whose names count as its own (the 2 lines that followed that code)."""
 QUERY_LINES = 8
 """Non-blank lines before the cursor's line matched against the windows."""
 TOP_WINDOWS = 64
@@ -37,12 +39,17 @@ MAX_FILES = 400
 
 
 class _Windows:
-    """One file's windows: identifier -> indices of the windows using it; per window, its names."""
+    """One file's windows: identifier -> the windows using it (each its first chunk's number), and
+    each chunk's identifiers."""
 
-    __slots__ = ("outline", "postings", "names")
+    __slots__ = ("outline", "postings", "chunks")
 
-    def __init__(self, outline: object, postings: dict[str, tuple[int, ...]], names: list[frozenset[str]]) -> None:
-        self.outline, self.postings, self.names = outline, postings, names
+    def __init__(self, outline: object, postings: dict[str, list[int]], chunks: list[frozenset[str]]) -> None:
+        self.outline, self.postings, self.chunks = outline, postings, chunks
+
+    def names(self, window: int) -> frozenset[str]:
+        """What the window and the lines after it use."""
+        return frozenset().union(*self.chunks[window:window + WINDOW_CHUNKS + NEXT_CHUNKS])
 
 
 class FileWindows:
@@ -58,18 +65,16 @@ class FileWindows:
             self._files.move_to_end(path)
             return cached
         lines = (read_source(path) or "").split("\n")
-        sets = [identifiers(line) for line in lines]
+        chunks = [identifiers("\n".join(lines[start:start + CHUNK_LINES])) for start in range(0, len(lines), CHUNK_LINES)]
         postings: dict[str, list[int]] = {}
-        names = []
-        for start in range(0, max(1, len(lines) - WINDOW_LINES + 1), WINDOW_STEP):
-            end = min(len(lines), start + WINDOW_LINES)
-            window = frozenset().union(*sets[start:end])
-            if not window:
-                continue
-            for name in window:
-                postings.setdefault(name, []).append(len(names))
-            names.append(window.union(*sets[end:end + NEXT_LINES]))
-        entry = self._files[path] = _Windows(outline, {k: tuple(v) for k, v in postings.items()}, names)
+        for window in range(0, max(1, len(chunks) - WINDOW_CHUNKS + 1), STEP_CHUNKS):
+            for name in frozenset().union(*chunks[window:window + WINDOW_CHUNKS]):
+                found = postings.get(name)
+                if found is None:
+                    postings[name] = [window]
+                else:
+                    found.append(window)
+        entry = self._files[path] = _Windows(outline, postings, chunks)
         self._files.move_to_end(path)
         while len(self._files) > MAX_FILES:
             self._files.popitem(last=False)
@@ -103,7 +108,7 @@ class FileWindows:
         scores: dict[str, float] = {}
         for value, number, window in best[:TOP_WINDOWS]:
             similarity = -value / total
-            for name in entries[number].names[window]:
+            for name in entries[number].names(window):
                 if name not in scores:
                     scores[name] = similarity
         return scores

@@ -94,7 +94,7 @@ COUSE_FILES = 8
 DENSITY = 0.5
 """The choice ranks definitions by score / tokens ** DENSITY."""
 WINDOW_BONUS = 12.0
-"""Score of a definition by the similarity (0-1) to the lines before the cursor's line of the most
+"""Score of a definition by the similarity (0-1) to the lines around the cursor's line of the most
 similar window of the linked files that uses its name (in it or in the two lines after it): code
 like this code elsewhere in the package uses it (windows.py)."""
 HEADER_TOKENS = 12
@@ -265,10 +265,10 @@ class CrossFileSources:
         mentioned = (set(index.uses.get(path, ())) - cursor_line) | set(near_names)
         # Not in Go: a package's files share one namespace and all of them are peers (measured worse).
         couse = self._couse(path, mentioned, [link.path for link, _weight in links]) if language != "go" else {}
-        # The names that code like the lines before the cursor's line uses elsewhere in the package.
+        # The names that code like the lines around the cursor's line uses elsewhere in the package.
         followed = self.file_windows.names_near(
             before, [(link.path, index.files[link.path]) for link, _weight in links if link.path in index.files],
-            self._rarity)
+            self._rarity, after)
         for link, weight in links:
             outline = index.files.get(link.path)
             if outline is None:

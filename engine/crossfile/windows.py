@@ -3,12 +3,14 @@
 Owns, per indexed file, its windows (8 lines every 4, made of 2-line chunks) as an inverted list
 (identifier -> the windows that use it) and each chunk's identifiers (a window's names are those
 of its chunks and of the chunk after it: what followed that code); computed once per outline the
-index holds for the file (a re-indexed file gets new windows), from the file's text on disk. `names_near` matches the identifiers of the last
-QUERY_LINES non-blank lines before the cursor's line against the windows of the files the choice
-already considers (RepoCoder's and Copilot's similar windows, used here to rank names rather than
-to show code): similarity is the share of the query's rarity (a name's rarity: the log of files
-over the files that mention it) that a window also uses, and each name scores the similarity of
-the most similar window that uses it (or whose next lines do): a weak best match boosts little.
+index holds for the file (a re-indexed file gets new windows), from the file's text on disk.
+`names_near` matches the identifiers of the last QUERY_LINES non-blank lines before the cursor's
+line and the first AFTER_LINES after it (never the cursor's line: the result stays put while the
+user types on it) against the windows of the files the choice already considers (RepoCoder's and
+Copilot's similar windows, used here to rank names rather than to show code): similarity is the
+share of the query's rarity (a name's rarity: the log of files over the files that mention it)
+that a window also uses, and each name scores the similarity of the most similar window that uses
+it (or whose next lines do): a weak best match boosts little.
 Knows nothing of tree-sitter, tokens or LSP.
 """
 
@@ -29,7 +31,12 @@ STEP_CHUNKS = 2
 NEXT_CHUNKS = 1
 """Chunks after a window whose names count as its own (the 2 lines that followed that code)."""
 QUERY_LINES = 8
-"""Non-blank lines before the cursor's line matched against the windows."""
+"""Non-blank lines before the cursor's line matched against the windows (with AFTER_LINES after it)."""
+AFTER_LINES = 2
+"""Non-blank lines after the cursor's line that join the query."""
+LAST_LINES = 2
+LAST_WEIGHT = 3.0
+"""The rarity of the names of the query's last LAST_LINES lines counts this many times."""
 TOP_WINDOWS = 64
 """Most similar windows whose names score."""
 MIN_SIMILARITY = 0.1
@@ -81,12 +88,19 @@ class FileWindows:
         return entry
 
     def names_near(self, before: str, files: list[tuple[str, object]],
-                   rarity: Callable[[str], float]) -> dict[str, float]:
+                   rarity: Callable[[str], float], after: str) -> dict[str, float]:
         """Name -> similarity (0-1: the share of the query's rarity it shares) of the most similar
-        window of `files` ((path, outline) each) that uses it, against the last lines of `before`."""
+        window of `files` ((path, outline) each) that uses it, against the last lines of `before`
+        and the first of `after`."""
         query_lines = [line for line in before.split("\n") if line.strip()][-QUERY_LINES:]
         # Sorted: the sums below add in one order whatever the hash seed (the same choice every run).
         weights = {name: rarity(name) for name in sorted(identifiers("\n".join(query_lines)))}
+        # The code after the cursor's line is like what follows the similar code elsewhere.
+        after_lines = [line for line in after.split("\n") if line.strip()][:AFTER_LINES]
+        for name in sorted(identifiers("\n".join(after_lines))):
+            weights.setdefault(name, rarity(name))
+        for name in identifiers("\n".join(query_lines[-LAST_LINES:])):  # the code the next line continues
+            weights[name] *= LAST_WEIGHT
         total = sum(weights.values())
         if not total:
             return {}

@@ -6,7 +6,8 @@ near the cursor: a name used there scores high, then a name the file imports, wo
 it, rare words weighing more; the module the code near the cursor reaches through its alias
 (`events.`); members of the type the cursor's code belongs to and of its bases, and of types named
 near the cursor; names that other workspace files mention often, and those that the linked files
-most like this one mention; of another Go package, its exported names only; a name the
+most like this one mention; names that the linked files' windows most like the code around the
+cursor's line use (windows.py); of another Go package, its exported names only; a name the
 file already mentions weighs a fifth, since the model sees it in use, while a name the file never
 mentions it cannot write without its definition), the most similar window of each other open
 document of the same language, and recently edited or viewed ranges of other files. Definitions
@@ -466,8 +467,8 @@ class CrossFileSources:
                 self._own.clear()
 
     def _rarity(self, name: str) -> float:
-        """How rare a name is among the workspace's files (0 for a name of two characters, which the
-        index does not count: mostly keywords)."""
+        """How rare a name is among the workspace's files: 0 for a name of two characters (mostly
+        keywords) and for one no indexed file mentions (the index counts neither)."""
         if len(name) < 3:
             return 0.0
         return math.log((len(self.index.files) + 1) / (self.index.users(name) + 1)) if self.index.users(name) else 0.0

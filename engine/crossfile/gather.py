@@ -6,7 +6,8 @@ near the cursor: a name used there scores high, then a name the file imports, wo
 it, rare words weighing more; the module the code near the cursor reaches through its alias
 (`events.`); members of the type the cursor's code belongs to and of its bases, and of types named
 near the cursor; names that other workspace files mention often, and those that the linked files
-most like this one mention; of another Go package, its exported names only; a name the
+most like this one mention; names that the linked files' windows most like the code around the
+cursor's line use (windows.py); of another Go package, its exported names only; a name the
 file already mentions weighs a fifth, since the model sees it in use, while a name the file never
 mentions it cannot write without its definition), the most similar window of each other open
 document of the same language, and recently edited or viewed ranges of other files. Definitions
@@ -37,6 +38,7 @@ from .index import WorkspaceIndex
 from .neighbours import OpenFile, RecentRanges, SimilarWindows, identifiers
 from .outline import Definition, words_of
 from .resolve import Link, resolve_imports
+from .windows import FileWindows
 
 OPEN_DOCUMENT_SHARE = 0.25
 """Of the cross-file budget, kept for similar windows of open documents (when there are any)."""
@@ -92,6 +94,10 @@ COUSE_FILES = 8
 """The files most like this one that COUSE counts."""
 DENSITY = 0.5
 """The choice ranks definitions by score / tokens ** DENSITY."""
+WINDOW_BONUS = 12.0
+"""Score of a definition by the similarity (0-1) to the lines around the cursor's line of the most
+similar window of the linked files that uses its name (in it or in the two lines after it): code
+like this code elsewhere in the package uses it (windows.py)."""
 HEADER_TOKENS = 12
 """Tokens of a file's heading in the prompt ("From path:" and its fence)."""
 _MEMO_SIZE = 32
@@ -134,6 +140,7 @@ class CrossFileSources:
         self.open_files = open_files or (lambda: [])
         self.recent = recent or RecentRanges()
         self.windows = SimilarWindows()
+        self.file_windows = FileWindows()
         self._memo: OrderedDict[str, tuple[tuple, tuple[CrossFileSnippet, ...]]] = OrderedDict()
         self._links: dict[str, tuple[int, object, list]] = {}
         self._weights_generation = -1
@@ -300,6 +307,10 @@ class CrossFileSources:
         mentioned = (set(index.uses.get(path, ())) - cursor_line) | set(near_names)
         # Not in Go: a package's files share one namespace and all of them are peers (measured worse).
         couse = self._couse(path, mentioned, [link.path for link, _weight in links]) if language != "go" else {}
+        # The names that code like the lines around the cursor's line uses elsewhere in the package.
+        followed = self.file_windows.names_near(
+            before, [(link.path, index.files[link.path]) for link, _weight in links if link.path in index.files],
+            self._rarity, after)
         for link, weight in links:
             outline = index.files.get(link.path)
             if outline is None:
@@ -327,6 +338,7 @@ class CrossFileSources:
                     score += LOCALITY * _closeness(anchors, definition.start_line)
                 if definition.name in near_names:
                     score += USED_BONUS
+                score += WINDOW_BONUS * followed.get(definition.name, 0.0)
                 if definition.name in link.names:
                     score += IMPORTED_BONUS
                 if definition.parent is None:
@@ -494,6 +506,13 @@ class CrossFileSources:
             if len(self._use_sets) > 2 * len(self.index.files) + 64:  # files gone from the index
                 self._use_sets.clear()
                 self._own.clear()
+
+    def _rarity(self, name: str) -> float:
+        """How rare a name is among the workspace's files: 0 for a name of two characters (mostly
+        keywords) and for one no indexed file mentions (the index counts neither)."""
+        if len(name) < 3:
+            return 0.0
+        return math.log((len(self.index.files) + 1) / (self.index.users(name) + 1)) if self.index.users(name) else 0.0
 
     def _similarity(self, definition: Definition, near: Counter[str]) -> float:
         """Shared words, rare ones weighing more, over the definition's own word weight (BM25's spirit)."""

@@ -308,3 +308,34 @@ def test_another_go_package_shows_only_what_it_exports(tmp_path):
                                budget=512, language="go"))
     assert "func (c *Cache) Get(key string) string" in shown
     assert "helperInternal" not in shown and "evict" not in shown  # not reachable from package web
+
+
+def test_the_name_that_code_like_the_cursors_uses_elsewhere_scores_up(tmp_path):
+    # Six helpers alike in all but where a sibling calls them: `step_4` right after code like the
+    # lines before the cursor (`subtotal`, `shipping_fee` of an invoice), the others after unlike
+    # code. Every other signal ties (same words, same users); the similar window breaks the tie.
+    lib = "".join(f"def step_{n}(value):\n    return value\n\n\n" for n in range(6))
+    contexts = {0: ("render", "page", "header = page.header", "footer = page.footer"),
+                1: ("mail", "letter", "sender = letter.sender", "stamp = letter.stamp"),
+                2: ("parse", "source", "tokens = source.tokens", "cursor = source.cursor"),
+                3: ("plot", "chart", "axis = chart.axis", "legend = chart.legend"),
+                4: ("tally", "invoice", "subtotal = invoice.subtotal", "shipping_fee = invoice.shipping_fee"),
+                5: ("greet", "guest", "badge = guest.badge", "table = guest.table")}
+    blank = "\n" * 9  # further apart than a window: each call follows its own function's code only
+    peer = "from .lib import step_0, step_1, step_2, step_3, step_4, step_5\n" + blank + "".join(
+        f"def {name}({arg}):\n    {first}\n    {second}\n    step_{n}({first.split()[0]})\n    return None\n{blank}"
+        for n, (name, arg, first, second) in contexts.items())
+    user = ("from . import lib\n\n\ndef charge(invoice):\n    subtotal = invoice.subtotal\n"
+            "    shipping_fee = invoice.shipping_fee\n    \n    return subtotal\n")
+    write(tmp_path, {"pkg/__init__.py": "", "pkg/lib.py": lib, "pkg/peer.py": peer, "pkg/user.py": user})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    offset = user.index("    \n") + 4
+    sources = CrossFileSources(index)
+    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=40).context.cross_file
+    assert (snippet.path, snippet.text) == ("pkg/lib.py", "def step_4(value): ...")
+    # The sibling changes (the invoice's code now calls step_2): its windows are read again.
+    write(tmp_path, {"pkg/peer.py": peer.replace("step_4(subtotal)", "step_2(subtotal)")})
+    index.update(str(tmp_path / "pkg" / "peer.py"))
+    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=40).context.cross_file
+    assert snippet.text == "def step_2(value): ..."

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
+from .line_endings import line_ending, with_line_ending
 from .scheduler import Superseded
 
 if TYPE_CHECKING:
@@ -87,13 +88,14 @@ def register(server: DGemmaServer) -> None:
         if ls.next_edits.completion_blocks(uri, document.version):
             return nothing
         lines, asked_version = document.lines, document.version
+        ending = line_ending(lines.text)  # the document's own, never a lone "\r" (server/line_endings.py)
         on_draft = None
         if ls.settings.drafts:
             request_id = ls.protocol.msg_id
 
             def on_draft(step: int, edit) -> None:
                 body = None if edit is None else {"range": ls.converter.unstructure(
-                    ls.to_range(lines, edit.start, edit.end)), "text": edit.text}
+                    ls.to_range(lines, edit.start, edit.end)), "text": with_line_ending(edit.text, ending)}
                 ls.protocol.notify(DRAFT_NOTIFICATION, {"uri": uri, "version": asked_version,
                                                         "requestId": request_id, "step": step, "edit": body})
 
@@ -102,7 +104,7 @@ def register(server: DGemmaServer) -> None:
             return nothing
         command = lsp.Command(title="Accept next edit", command=ACCEPT_COMMAND, arguments=[offer.id])
         return {"edits": [{
-            "text": offer.edit.text,
+            "text": with_line_ending(offer.edit.text, ending),
             "textDocument": {"uri": uri, "version": asked_version},
             "range": ls.converter.unstructure(ls.to_range(lines, offer.edit.start, offer.edit.end)),
             "command": ls.converter.unstructure(command),

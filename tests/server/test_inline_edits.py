@@ -114,6 +114,29 @@ async def test_an_edit_has_copilots_shape_and_a_rejected_one_never_comes_back(cl
     assert as_dict(await ask(client, uri, 2, text, cursor)) == {"edits": []}
 
 
+async def test_an_edit_and_its_drafts_carry_the_documents_line_ending(client: LanguageClient):
+    """In a CRLF document every line break the edit and its drafts insert is CRLF, and no lone CR is
+    sent (LSP counts it as a line break, editors keep it inside the line; server/line_endings.py):
+    the model writes "\\n" (Neovim drew a random model's "\\r" apart from the text it inserts)."""
+    uri = "file:///tmp/next_edit_crlf.py"
+    crlf = SOURCE.replace("\n", "\r\n")
+    open_document(client, uri, crlf)
+    start = crlf.index("path")
+    client.text_document_did_change(lsp.DidChangeTextDocumentParams(
+        text_document=lsp.VersionedTextDocumentIdentifier(uri=uri, version=2),
+        content_changes=[lsp.TextDocumentContentChangePartial(range=lsp.Range(
+            start=position_of(crlf, start, ENCODING), end=position_of(crlf, start + 4, ENCODING)), text="filename")]))
+    text = crlf[:start] + "filename" + crlf[start + 4:]
+    client.custom.clear()
+    (edit,) = as_dict(await ask(client, uri, 2, text, start + len("filename")))["edits"]
+    sent = [edit["text"]] + [params["edit"]["text"] for method, params in client.custom
+                             if method == "dgemma/inlineEditDraft" and params.get("edit")]
+    assert any("\n" in piece for piece in sent), f"no line break was sent: nothing checked ({sent!r})"
+    for piece in sent:
+        assert "\r" not in piece.replace("\r\n", ""), f"a lone CR in {piece!r}"
+        assert "\n" not in piece.replace("\r\n", ""), f"a bare LF in a CRLF document: {piece!r}"
+
+
 async def test_accepting_runs_the_edits_command(client: LanguageClient):
     uri = "file:///tmp/next_edit_accept.py"
     text, cursor = rename_in_signature(client, uri)

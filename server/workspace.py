@@ -69,7 +69,7 @@ class WorkspaceContext:
         self._real_root = ""
         """Per document, the editor's definitions its latest prompt showed (logged when they change)."""
         self._asked_at: dict[str, float] = {}
-        """Per document, when its latest prompt was built (worker clock): is the user typing?"""
+        """Per document, when its latest prompt was built (time.monotonic): is the user typing?"""
         self._shown: dict[str, tuple[tuple | None, tuple[CrossFileSnippet, ...]]] = {}
         """Per document, the sources' choice its current line shows, by the choice's key (gather.py)."""
         self._to_choose: dict[str, tuple[str, str, InfillContext, int]] = {}

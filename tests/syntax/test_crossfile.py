@@ -117,6 +117,19 @@ def _prepare(index, path: Path, text: str, offset: int, sources: CrossFileSource
                           cross_file=lambda context: sources.snippets(str(path), language, context, budget))
 
 
+def _blank_line_snippets(tmp_path: Path, files: dict[str, str], budget: int = 40):
+    """Index `files` (a package `pkg/` with `pkg/user.py`), then the snippets for the cursor on the
+    blank line of user.py: (the index, its sources, the cursor's offset, the snippets)."""
+    write(tmp_path, files)
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    user = files["pkg/user.py"]
+    offset = user.index("    \n") + 4
+    sources = CrossFileSources(index)
+    snippets = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=budget).context.cross_file
+    return index, sources, offset, snippets
+
+
 def test_the_definition_the_cursor_uses_reaches_the_prompt_without_its_body(tmp_path):
     write(tmp_path, {"app/__init__.py": "", "app/models.py": MODELS, "app/report.py": REPORT})
     index = WorkspaceIndex(str(tmp_path))
@@ -265,12 +278,8 @@ def test_a_module_the_code_near_the_cursor_reaches_through_its_alias_comes_first
     module = "".join(f"def step_{n}(value):\n    return value\n\n\n" for n in range(6))
     user = ("from . import other, events\n\n\ndef run(task):\n    other.step_0(task)\n"
             "    events.step_0(task)\n    events.step_0(task)\n    events.step_0(task)\n    \n    return task\n")
-    write(tmp_path, {"pkg/__init__.py": "", "pkg/events.py": module, "pkg/other.py": module, "pkg/user.py": user})
-    index = WorkspaceIndex(str(tmp_path))
-    index.build()
-    offset = user.index("    \n") + 4
-    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, CrossFileSources(index),
-                          budget=40).context.cross_file
+    _, _, _, (snippet,) = _blank_line_snippets(
+        tmp_path, {"pkg/__init__.py": "", "pkg/events.py": module, "pkg/other.py": module, "pkg/user.py": user})
     assert (snippet.path, snippet.text) == ("pkg/events.py", "def step_1(value): ...")
 
 
@@ -327,12 +336,8 @@ def test_the_name_that_code_like_the_cursors_uses_elsewhere_scores_up(tmp_path):
         for n, (name, arg, first, second) in contexts.items())
     user = ("from . import lib\n\n\ndef charge(invoice):\n    subtotal = invoice.subtotal\n"
             "    shipping_fee = invoice.shipping_fee\n    \n    return subtotal\n")
-    write(tmp_path, {"pkg/__init__.py": "", "pkg/lib.py": lib, "pkg/peer.py": peer, "pkg/user.py": user})
-    index = WorkspaceIndex(str(tmp_path))
-    index.build()
-    offset = user.index("    \n") + 4
-    sources = CrossFileSources(index)
-    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=40).context.cross_file
+    index, sources, offset, (snippet,) = _blank_line_snippets(
+        tmp_path, {"pkg/__init__.py": "", "pkg/lib.py": lib, "pkg/peer.py": peer, "pkg/user.py": user})
     assert (snippet.path, snippet.text) == ("pkg/lib.py", "def step_4(value): ...")
     # The sibling changes (the invoice's code now calls step_2): its windows are read again.
     write(tmp_path, {"pkg/peer.py": peer.replace("step_4(subtotal)", "step_2(subtotal)")})

@@ -174,12 +174,12 @@ class WorkspaceContext:
         shown = self._shown.get(uri)
         if shown is not None and shown[0] == key:
             return shown[1]
-        ready = self.sources.known(path, language, context, budget, nearby=True) if typing else None
-        if ready is None:
+        known = self.sources.known(path, key) if typing else None
+        if known is None:
             chosen = self.sources.snippets(path, language, context, budget)
         else:
-            chosen = ready
-            if self.sources.known(path, language, context, budget) is None:
+            chosen, for_this_place = known
+            if not for_this_place:
                 self._to_choose[uri] = (path, language, context, budget)
                 if not self._choosing_posted:
                     self._choosing_posted = True

@@ -182,23 +182,17 @@ class CrossFileSources:
         path = os.path.abspath(path) if path else ""
         return _Request.of(self, path, language, context, budget).key
 
-    def known(self, path: str | None, language: str, context: InfillContext, budget: int, *,
-              nearby: bool = False) -> tuple[CrossFileSnippet, ...] | None:
-        """The choice `snippets` would return, when it is memoized (no choosing here), else None.
-
-        `nearby`: also the memoized choice of the file for another place of the cursor, when it was
-        made with everything else alike (budget, language, the other files, the recent ranges): what
+    def known(self, path: str | None, key: tuple | None) -> tuple[tuple[CrossFileSnippet, ...], bool] | None:
+        """The file's memoized choice when it was made with everything but the code around the cursor
+        alike (`key`'s surroundings: budget, language, the other files, the recent ranges), and whether
+        it was made for this very place (`key` whole); None when there is none. No choosing here: what
         the server shows while the user types across lines, until a pause (server/workspace.py)."""
-        if budget <= 0:
-            return ()
-        path = os.path.abspath(path) if path else ""
-        memo = self._memo.get(path)
-        if memo is None:
+        if key is None:
+            return (), True
+        memo = self._memo.get(os.path.abspath(path) if path else "")
+        if memo is None or memo[0][0] != key[0]:
             return None
-        request = _Request.of(self, path, language, context, budget)
-        if memo[0] == request.key or (nearby and memo[0][0] == request.key[0]):
-            return memo[1]
-        return None
+        return memo[1], memo[0] == key
 
     # -- choosing --------------------------------------------------------------------------------
 

@@ -160,9 +160,16 @@ class EditorDefinitions:
         self._ask_next()
 
     def _retry(self, uri: str, now: float) -> bool:
-        """Whether names of the document's question are still unanswered after RETRY_S."""
-        return now - self._asked_at.get(uri, now) >= RETRY_S and not all(
-            (uri, name) in self._answers for name in self._current.get(uri, ()))
+        """Whether the names of the document's question are due to be asked again: one still unanswered
+        after RETRY_S, or one answered over REFRESH_S ago (an editor whose language server was still
+        loading answers "no definition": the user typing on one line must not keep that for good)."""
+        if now - self._asked_at.get(uri, now) < RETRY_S:
+            return False
+        for name in self._current.get(uri, ()):
+            answered = self._answers.get((uri, name))
+            if answered is None or now - answered[0] > REFRESH_S:
+                return True
+        return False
 
     def forget(self, uri: str) -> None:
         """The document closed."""

@@ -294,3 +294,42 @@ def test_a_definition_named_by_its_real_path_is_shown_relative_to_a_workspace_op
         assert [(s.path, s.source, s.start_line) for s in snippets] == [("lib/payments.py", "editor", 3)]
     finally:
         documents.worker.close()
+
+
+async def test_an_empty_answer_of_a_language_server_still_loading_is_asked_again_while_the_user_types_on_one_line():
+    """VS Code's TypeScript support answers "no definition" until its project has loaded. The user
+    then types on the same line (the lines around it, so the question, unchanged): after REFRESH_S
+    the names are asked again and the late definitions reach the prompts (was: never, CI's e2e)."""
+    from dgemma_lsp.server import editor_definitions
+    from dgemma_lsp.server.positions import LineIndex
+
+    now = [100.0]
+    ready = [False]
+    asked: list[dict] = []
+
+    def send(method: str, params: dict):
+        asked.append(params)
+        future = asyncio.get_running_loop().create_future()
+        future.set_result(definitions_of(params) if ready[0] else [[] for _ in params["positions"]])
+        return future
+
+    definitions = editor_definitions.EditorDefinitions(send, post=lambda job: job(), clock=lambda: now[0])
+    definitions.enabled = True
+
+    async def type_on_the_cursor_line() -> list:
+        definitions.cursor(URI, "python", LineIndex(REPORT), CURSOR.line, "utf-16")
+        for _ in range(3):  # the question hops worker -> loop, the answer comes back in a callback
+            await asyncio.sleep(0)
+        return definitions.found(URI)
+
+    assert await type_on_the_cursor_line() == []
+    assert len(asked) == 1
+    ready[0] = True  # the editor's language server has loaded
+    now[0] += editor_definitions.RETRY_S + 1
+    assert await type_on_the_cursor_line() == []
+    assert len(asked) == 1, "an answer is kept for REFRESH_S"
+    now[0] += editor_definitions.REFRESH_S
+    found = await type_on_the_cursor_line()
+    assert len(asked) == 2
+    assert [(name, [d.start_line for d in found_definitions]) for name, found_definitions in found] \
+        == [("payments.charge", [3])]

@@ -304,7 +304,7 @@ class CrossFileSources:
         # The names that code like the lines around the cursor's line uses elsewhere in the package.
         followed = self.file_windows.names_near(
             before, [(link.path, index.files[link.path]) for link, _weight in links if link.path in index.files],
-            self._rarity, after)
+            self._rarity, after, {f.path: f.text for f in self.open_files()})
         for link, weight in links:
             outline = index.files.get(link.path)
             if outline is None:

@@ -3,7 +3,8 @@
 Owns, per indexed file, its windows (8 lines every 4, made of 2-line chunks) as an inverted list
 (identifier -> the windows that use it) and each chunk's identifiers (a window's names are those
 of its chunks and of the chunk after it: what followed that code); computed once per outline the
-index holds for the file (a re-indexed file gets new windows), from the file's text on disk.
+index holds for the file (a re-indexed file gets new windows), from the text it outlined: an open
+document's buffer (its unsaved edits), else the file on disk.
 `names_near` matches the identifiers of the last QUERY_LINES non-blank lines before the cursor's
 line and the first AFTER_LINES after it (never the cursor's line: the result stays put while the
 user types on it) against the windows of the files the choice already considers (RepoCoder's and
@@ -65,13 +66,14 @@ class FileWindows:
     def __init__(self) -> None:
         self._files: OrderedDict[str, _Windows] = OrderedDict()
 
-    def of(self, path: str, outline: object) -> _Windows:
-        """The windows of `path` as indexed (`outline`: the index's entry, which changes when the file does)."""
+    def of(self, path: str, outline: object, text: str | None = None) -> _Windows:
+        """The windows of `path` as indexed (`outline`: the index's entry, which changes when the file does),
+        read from `text` (an open document's buffer, which the index outlined) or else from disk."""
         cached = self._files.get(path)
         if cached is not None and cached.outline is outline:
             self._files.move_to_end(path)
             return cached
-        lines = (read_source(path) or "").split("\n")
+        lines = (text if text is not None else read_source(path) or "").split("\n")
         chunks = [identifiers("\n".join(lines[start:start + CHUNK_LINES])) for start in range(0, len(lines), CHUNK_LINES)]
         postings: dict[str, list[int]] = {}
         for window in range(0, max(1, len(chunks) - WINDOW_CHUNKS + 1), STEP_CHUNKS):
@@ -88,10 +90,12 @@ class FileWindows:
         return entry
 
     def names_near(self, before: str, files: list[tuple[str, object]],
-                   rarity: Callable[[str], float], after: str) -> dict[str, float]:
+                   rarity: Callable[[str], float], after: str,
+                   open_texts: dict[str, str] | None = None) -> dict[str, float]:
         """Name -> similarity (0-1: the share of the query's rarity it shares) of the most similar
         window of `files` ((path, outline) each) that uses it, against the last lines of `before`
-        and the first of `after`."""
+        and the first of `after`. `open_texts`: path -> buffer of the open documents (their unsaved
+        code, as the index has it)."""
         query_lines = [line for line in before.split("\n") if line.strip()][-QUERY_LINES:]
         # Sorted: the sums below add in one order whatever the hash seed (the same choice every run).
         weights = {name: rarity(name) for name in sorted(identifiers("\n".join(query_lines)))}
@@ -109,7 +113,7 @@ class FileWindows:
         best: list[tuple[float, int, int]] = []
         entries = []
         for number, (path, outline) in enumerate(files):
-            windows = self.of(path, outline)
+            windows = self.of(path, outline, open_texts.get(path) if open_texts else None)
             entries.append(windows)
             shared: dict[int, float] = {}
             for name, weight in looked_up:

@@ -344,3 +344,27 @@ def test_the_name_that_code_like_the_cursors_uses_elsewhere_scores_up(tmp_path):
     index.update(str(tmp_path / "pkg" / "peer.py"))
     (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=40).context.cross_file
     assert snippet.text == "def step_2(value): ..."
+
+
+def test_the_windows_of_an_open_document_are_its_unsaved_code(tmp_path):
+    # As the test above, but the sibling's change is unsaved: the editor's buffer, which the index
+    # outlines (the server reindexes an open document from its text), not the file on disk.
+    lib = "".join(f"def step_{n}(value):\n    return value\n\n\n" for n in range(6))
+    contexts = {2: ("parse", "source", "tokens = source.tokens"), 4: ("tally", "invoice", "subtotal = invoice.subtotal")}
+    blank = "\n" * 9
+    peer = "from .lib import step_0, step_1, step_2, step_3, step_4, step_5\n" + blank + "".join(
+        f"def {name}({arg}):\n    {first}\n    step_{n}({first.split()[0]})\n    return None\n{blank}"
+        for n, (name, arg, first) in contexts.items())
+    user = "from . import lib\n\n\ndef charge(invoice):\n    subtotal = invoice.subtotal\n    \n    return subtotal\n"
+    files = {"pkg/__init__.py": "", "pkg/lib.py": lib, "pkg/peer.py": peer, "pkg/user.py": user}
+    _, _, offset, (snippet,) = _blank_line_snippets(tmp_path, files)
+    assert snippet.text == "def step_4(value): ..."
+    unsaved = peer.replace("step_4(subtotal)", "step_2(subtotal)").replace("step_2(tokens)", "step_4(tokens)")
+    peer_path = str(tmp_path / "pkg" / "peer.py")
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    index.update(peer_path, unsaved)
+    sources = CrossFileSources(index, lambda: [OpenFile(peer_path, "python", unsaved, 2)])
+    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=40).context.cross_file
+    assert snippet.text == "def step_2(value): ..."
+    assert (tmp_path / "pkg" / "peer.py").read_text() == peer  # the disk still says step_4

@@ -3,9 +3,11 @@
 On real multi-file code on this machine (Python standard-library packages, JS/TS npm
 packages, Go standard-library packages), a hole is a line whose code (from its first
 non-blank character) uses a name that is defined in another file of the same package and
-appears nowhere else in the current file: the model cannot find it in the window. The hole
-line's code is cut out, the context is built at its start as the server builds it, and the
-cross-file snippets are gathered with the file alone open (definitions only: no open tabs,
+appears nowhere else in the current file: the model cannot find it in the window. A name the
+line declares (a parameter, an object literal's key, a field or method being written) is not a
+use, there or elsewhere on the line (`(total) => total + 1`): no other file's definition is what
+such a line needs. The hole line's code is cut out, the context is built at its start as the
+server builds it, and the cross-file snippets are gathered with the file alone open (definitions only: no open tabs,
 no recent edits). Recall = share of holes whose prompt shows that name's definition (its
 signature's first line). With the feature off the prompt holds only the current file, so
 recall is 0 by construction: it is counted the same way, as a check. Tokens spent are the
@@ -158,15 +160,49 @@ def _code_names(text: str, language: str) -> dict[int, list[str]]:
             if node is None:
                 starts_in_code.add(number)
         offset += len(line) + 1
+    declared: dict[int, set[str]] = {}
     stack = [root]
     while stack:
         node = stack.pop()
         if _is_text(node):
             continue
         if node.child_count == 0 and node.type.endswith("identifier") and node.start_point.row in starts_in_code:
-            names.setdefault(node.start_point.row, []).append((node.start_byte, node.text.decode()))
+            if _declares(node):
+                declared.setdefault(node.start_point.row, set()).add(node.text.decode())
+            else:
+                names.setdefault(node.start_point.row, []).append((node.start_byte, node.text.decode()))
         stack.extend(node.children)
-    return {row: [name for _start, name in sorted(found)] for row, found in names.items()}
+    # A name the line declares is the line's own where it is used too (`(total) => total + 1`).
+    return {row: [name for _start, name in sorted(found) if name not in declared.get(row, ())]
+            for row, found in names.items()}
+
+
+_DECLARED_BY_FIELD = {
+    # parent node type -> its fields that name what it declares (a new name, not a use of another's)
+    "pair": "key",  # JS object literal {end: ']'}
+    "required_parameter": "pattern", "optional_parameter": "pattern",
+    "property_signature": "name", "method_signature": "name", "method_definition": "name",
+    "public_field_definition": "name", "variable_declarator": "name",
+    "function_declaration": "name", "class_declaration": "name", "function_definition": "name",
+    "class_definition": "name", "default_parameter": "name", "typed_default_parameter": "name",
+    "parameter_declaration": "name", "field_declaration": "name", "method_elem": "name",
+    "method_declaration": "name", "type_spec": "name", "const_spec": "name", "var_spec": "name",
+}
+_DECLARED_CHILDREN = {"formal_parameters", "parameters", "typed_parameter"}
+"""Parents whose identifier children are all declared names (plain parameters)."""
+
+
+def _declares(node) -> bool:
+    """Whether the identifier `node` names what its code declares (a parameter, an object literal's key,
+    a field or method of an interface or class being written): a new name, whatever the package
+    also defines, so no other file's definition is what the line needs."""
+    parent = node.parent
+    if parent is None:
+        return False
+    if parent.type in _DECLARED_CHILDREN:
+        return True
+    field = _DECLARED_BY_FIELD.get(parent.type)
+    return field is not None and any(child == node for child in parent.children_by_field_name(field))
 
 
 def _is_text(node) -> bool:

@@ -444,6 +444,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
     def did_open(ls: DGemmaServer, params: lsp.DidOpenTextDocumentParams) -> None:
         item = params.text_document
         ls.documents.open(item.uri, item.language_id, item.version, item.text)
+        ls.crossfile.opened(item.uri)
 
     @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: DGemmaServer, params: lsp.DidChangeTextDocumentParams) -> None:

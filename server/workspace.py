@@ -75,6 +75,9 @@ class WorkspaceContext:
         self._to_choose: dict[str, tuple[str, str, InfillContext, int]] = {}
         """Per document, the latest request whose choice was put off until the client is quiet."""
         self._choosing_posted = False
+        self._to_warm: set[str] = set()
+        """Paths of opened documents whose first choice's one-time work is made ahead (`opened`)."""
+        self._warm_posted = False
 
     # -- event loop side -----------------------------------------------------------------------
 
@@ -87,6 +90,16 @@ class WorkspaceContext:
         self._real_root = os.path.realpath(root)
         self.sources.index = self.index
         self._post_build()
+
+    def opened(self, uri: str) -> None:
+        """A document opened: what its first choice makes once for good (its links, the linked files'
+        windows: up to ~0.3 s for a Go package) is made in the background, once the index is built
+        and the client is quiet, so that the first completion does not wait for it."""
+        path = uri_to_path(uri)
+        if path is None or self.index is None:
+            return
+        self._to_warm.add(path)
+        self._post_warm()
 
     def edited(self, uri: str, line: int) -> None:
         """A change at `line` of an open document: noted as recent; its outline is re-read when quiet."""
@@ -115,6 +128,7 @@ class WorkspaceContext:
         self._asked_at.pop(uri, None)
         self._shown.pop(uri, None)
         self._to_choose.pop(uri, None)
+        self._to_warm.discard(path)
         if path is not None and self.index is not None:
             index = self.index
             self.worker.post(lambda: index.update(path))  # back to what is on disk
@@ -234,8 +248,30 @@ class WorkspaceContext:
             return
         if self.worker.wait_for_quiet() and index.build_step(lambda: self.worker.busy):
             log.info("workspace index: %d files, %d bytes", len(index), index.bytes)
+            if self._to_warm:
+                self._post_warm()
             return
         self._post_build()  # behind the job that interrupted it
+
+    def _post_warm(self) -> None:
+        if not self._warm_posted:
+            self._warm_posted = True
+            self.worker.post(self._warm_when_quiet, background=True)
+
+    def _warm_when_quiet(self) -> None:
+        self._warm_posted = False
+        index = self.index
+        if index is None or not index.complete or not self._to_warm:
+            return  # the index's build posts this again when it ends
+        if not self.worker.wait_for_quiet():
+            self._post_warm()
+            return
+        while self._to_warm:
+            path = next(iter(self._to_warm))
+            if not self.sources.warm(path, lambda: self.worker.busy):
+                self._post_warm()  # a request came: the rest after it (what was made is kept)
+                return
+            self._to_warm.discard(path)
 
     def _update_dirty(self) -> None:
         self._update_posted = False

@@ -247,34 +247,10 @@ class CrossFileSources:
             return 0
         language = index.files[path].language
         directory = os.path.dirname(path)
-        links = [(link, 1.0) for link in self._resolved(path)]
-        seen = {path} | {link.path for link, _weight in links}
-        if language == "go":
-            # A Go package's files share one namespace: each is as good as an import (test files
-            # are another build unit, visible to tests only).
-            testing = path.endswith("_test.go")
-            for sibling in sorted(index.by_dir.get(directory, ())):
-                if sibling not in seen and (testing or not sibling.endswith("_test.go")) \
-                        and len(links) < MAX_GO_PACKAGE_FILES:
-                    seen.add(sibling)
-                    links.append((Link(sibling), 1.0))
+        links = self._linked(path)
         if not links:
             return 0
-        # What the imported files import in turn (a base class's base, a re-exported name), weighed
-        # down: the names near the cursor often belong to a type two imports away.
-        for link, _weight in list(links):
-            for second in self._resolved(link.path):
-                if second.path not in seen and len(links) < MAX_LINKED_FILES:
-                    seen.add(second.path)
-                    links.append((second, SECOND_HAND_WEIGHT))
         self._weights()
-        if len(links) < MAX_LINKED_FILES and language != "go":  # the file's own folder, imported or not
-            for sibling in sorted(index.by_dir.get(directory, ())):
-                outline = index.files.get(sibling)
-                if sibling not in seen and outline is not None and outline.language == language \
-                        and len(links) < MAX_LINKED_FILES:
-                    seen.add(sibling)
-                    links.append((Link(sibling), SIBLING_WEIGHT * (TEST_WEIGHT if _is_test(sibling) else 1.0)))
         near_names = Counter(identifiers(before + after))
         qualifiers = _qualifiers(before, after)
         near_weight: Counter[str] = Counter()
@@ -452,6 +428,58 @@ class CrossFileSources:
                 picked.append(self._snippet(file, top.start_line, top.end_line, "definition", round(score, 3), text))
                 shown.setdefault(file, []).append((top.start_line, top.end_line))
         return spent
+
+    def _linked(self, path: str) -> list[tuple[Link, float]]:
+        """The files whose definitions compete for a prompt of `path` (indexed), each with its weight."""
+        index = self.index
+        language = index.files[path].language
+        directory = os.path.dirname(path)
+        links = [(link, 1.0) for link in self._resolved(path)]
+        seen = {path} | {link.path for link, _weight in links}
+        if language == "go":
+            # A Go package's files share one namespace: each is as good as an import (test files
+            # are another build unit, visible to tests only).
+            testing = path.endswith("_test.go")
+            for sibling in sorted(index.by_dir.get(directory, ())):
+                if sibling not in seen and (testing or not sibling.endswith("_test.go")) \
+                        and len(links) < MAX_GO_PACKAGE_FILES:
+                    seen.add(sibling)
+                    links.append((Link(sibling), 1.0))
+        if not links:
+            return links
+        # What the imported files import in turn (a base class's base, a re-exported name), weighed
+        # down: the names near the cursor often belong to a type two imports away.
+        for link, _weight in list(links):
+            for second in self._resolved(link.path):
+                if second.path not in seen and len(links) < MAX_LINKED_FILES:
+                    seen.add(second.path)
+                    links.append((second, SECOND_HAND_WEIGHT))
+        if len(links) < MAX_LINKED_FILES and language != "go":  # the file's own folder, imported or not
+            for sibling in sorted(index.by_dir.get(directory, ())):
+                outline = index.files.get(sibling)
+                if sibling not in seen and outline is not None and outline.language == language \
+                        and len(links) < MAX_LINKED_FILES:
+                    seen.add(sibling)
+                    links.append((Link(sibling), SIBLING_WEIGHT * (TEST_WEIGHT if _is_test(sibling) else 1.0)))
+        return links
+
+    def warm(self, path: str, should_stop: Callable[[], bool] = lambda: False) -> bool:
+        """Make ahead what the first choice for `path` makes once for good: its links and the windows of
+        the linked files (up to ~0.3 s for a Go package's first choice), so that choice, on a
+        completion's path, finds them (the server runs this in the background when a file opens).
+        False when `should_stop` said so between two files (what was made is kept)."""
+        index = self.index
+        path = os.path.abspath(path)
+        if index is None or path not in index.files:
+            return True
+        texts = {f.path: f.text for f in self.open_files()}
+        for link, _weight in self._linked(path):
+            outline = index.files.get(link.path)
+            if outline is not None:
+                if should_stop():
+                    return False
+                self.file_windows.of(link.path, outline, texts.get(link.path))
+        return True
 
     def _couse(self, path: str, mentioned: set[str], peers: list[str]) -> dict[str, float]:
         """Name -> share (weighted by likeness) of the COUSE_FILES peers most like the file that mention it."""

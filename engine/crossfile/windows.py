@@ -66,6 +66,10 @@ class FileWindows:
     def __init__(self) -> None:
         self._files: OrderedDict[str, _Windows] = OrderedDict()
 
+    def __contains__(self, path: str) -> bool:
+        """Whether the windows of `path` are made (for some outline of it)."""
+        return path in self._files
+
     def of(self, path: str, outline: object, text: str | None = None) -> _Windows:
         """The windows of `path` as indexed (`outline`: the index's entry, which changes when the file does),
         read from `text` (an open document's buffer, which the index outlined) or else from disk."""

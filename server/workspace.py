@@ -65,9 +65,9 @@ class WorkspaceContext:
         """The editor's definitions for the names near a document's cursor (server/editor_definitions.py);
         None: a client that does not answer `dgemma/definitions`."""
         self._editor_shown: dict[str, tuple] = {}
+        """Per document, the editor's definitions its latest prompt showed (logged when they change)."""
         self._shown_paths: dict[str, str] = {}
         self._real_root = ""
-        """Per document, the editor's definitions its latest prompt showed (logged when they change)."""
         self._asked_at: dict[str, float] = {}
         """Per document, when its latest prompt was built (time.monotonic): is the user typing?"""
         self._shown: dict[str, tuple[tuple | None, tuple[CrossFileSnippet, ...]]] = {}

@@ -41,6 +41,23 @@ take (issue 30: choosing took 13-31 ms per Enter in Python, on the keystroke's p
 asked for after a pause, or for the first time, is chosen for at once."""
 
 
+class _BackgroundJob:
+    """A job of the syntax worker's background queue, posted at most once at a time (it may post itself
+    again while it runs, e.g. to wait behind a request)."""
+
+    def __init__(self, worker: SyntaxWorker, run: Callable[[], None]) -> None:
+        self.worker, self.run, self.posted = worker, run, False
+
+    def post(self) -> None:
+        if not self.posted:
+            self.posted = True
+            self.worker.post(self._start, background=True)
+
+    def _start(self) -> None:
+        self.posted = False
+        self.run()
+
+
 def uri_to_path(uri: str) -> str | None:
     """The local path of a file:// URI, else None."""
     parsed = urlparse(uri)
@@ -59,8 +76,8 @@ class WorkspaceContext:
         self.index: WorkspaceIndex | None = None
         self.sources = CrossFileSources(None, self._open_files, self.recent)
         self._dirty: set[str] = set()
-        self._update_posted = False
-        self._build_posted = False
+        self._updating = _BackgroundJob(self.worker, self._update_dirty)
+        self._building = _BackgroundJob(self.worker, self._build)
         self.editor_found: Callable[[str], list[tuple[str, tuple[EditorDefinition, ...]]]] | None = None
         """The editor's definitions for the names near a document's cursor (server/editor_definitions.py);
         None: a client that does not answer `dgemma/definitions`."""
@@ -74,10 +91,10 @@ class WorkspaceContext:
         """Per document, the sources' choice its current line shows, by the choice's key (gather.py)."""
         self._to_choose: dict[str, tuple[str, str, InfillContext, int]] = {}
         """Per document, the latest request whose choice was put off until the client is quiet."""
-        self._choosing_posted = False
+        self._choosing = _BackgroundJob(self.worker, self._choose_when_quiet)
         self._to_warm: set[str] = set()
         """Paths of opened documents whose first choice's one-time work is made ahead (`opened`)."""
-        self._warm_posted = False
+        self._warming = _BackgroundJob(self.worker, self._warm_when_quiet)
 
     # -- event loop side -----------------------------------------------------------------------
 
@@ -89,7 +106,7 @@ class WorkspaceContext:
         self.index = WorkspaceIndex(root)
         self._real_root = os.path.realpath(root)
         self.sources.index = self.index
-        self._post_build()
+        self._building.post()
 
     def opened(self, uri: str) -> None:
         """A document opened: what its first choice makes once for good (its links, the linked files'
@@ -99,7 +116,7 @@ class WorkspaceContext:
         if path is None or self.index is None:
             return
         self._to_warm.add(path)
-        self._post_warm()
+        self._warming.post()
 
     def edited(self, uri: str, line: int) -> None:
         """A change at `line` of an open document: noted as recent; its outline is re-read when quiet."""
@@ -108,9 +125,7 @@ class WorkspaceContext:
             return
         self.recent.note(path, line, "edited")
         self._dirty.add(uri)
-        if not self._update_posted:
-            self._update_posted = True
-            self.worker.post(self._update_dirty, background=True)
+        self._updating.post()
 
     def viewed(self, uri: str, line: int) -> None:
         path = uri_to_path(uri)
@@ -195,9 +210,7 @@ class WorkspaceContext:
             chosen, for_this_place = known
             if not for_this_place:
                 self._to_choose[uri] = (path, language, context, budget)
-                if not self._choosing_posted:
-                    self._choosing_posted = True
-                    self.worker.post(self._choose_when_quiet, background=True)
+                self._choosing.post()
         self._shown[uri] = (key, chosen)
         return chosen
 
@@ -205,19 +218,16 @@ class WorkspaceContext:
         """Background: the choices put off while the user typed, made once the client has been quiet
         for TYPING_S (a shorter wait would run them in the gaps of steady typing, and a choice, which
         does not give way midway, would hold up the keystroke after it)."""
-        self._choosing_posted = False
         if not self._to_choose:
             return
         if not self.worker.wait_for_quiet(TYPING_S):
-            self._choosing_posted = True
-            self.worker.post(self._choose_when_quiet, background=True)
+            self._choosing.post()
             return
         while self._to_choose and not self.worker.busy:
             _uri, (path, language, context, budget) = self._to_choose.popitem()
             self.sources.snippets(path, language, context, budget)  # memoized: the next new line takes it
         if self._to_choose:
-            self._choosing_posted = True
-            self.worker.post(self._choose_when_quiet, background=True)
+            self._choosing.post()
 
     def _shown_path(self, path: str) -> str:
         """`path` relative to the workspace folder when inside it, else as given. The editor may name a
@@ -236,50 +246,36 @@ class WorkspaceContext:
             self._shown_paths[path] = shown
         return shown
 
-    def _post_build(self) -> None:
-        if not self._build_posted:
-            self._build_posted = True
-            self.worker.post(self._build, background=True)
-
     def _build(self) -> None:
-        self._build_posted = False
         index = self.index
         if index is None or index.complete:
             return
         if self.worker.wait_for_quiet() and index.build_step(lambda: self.worker.busy):
             log.info("workspace index: %d files, %d bytes", len(index), index.bytes)
             if self._to_warm:
-                self._post_warm()
+                self._warming.post()
             return
-        self._post_build()  # behind the job that interrupted it
-
-    def _post_warm(self) -> None:
-        if not self._warm_posted:
-            self._warm_posted = True
-            self.worker.post(self._warm_when_quiet, background=True)
+        self._building.post()  # behind the job that interrupted it
 
     def _warm_when_quiet(self) -> None:
-        self._warm_posted = False
         index = self.index
         if index is None or not index.complete or not self._to_warm:
             return  # the index's build posts this again when it ends
         if not self.worker.wait_for_quiet():
-            self._post_warm()
+            self._warming.post()
             return
         while self._to_warm:
             path = next(iter(self._to_warm))
             if not self.sources.warm(path, lambda: self.worker.busy):
-                self._post_warm()  # a request came: the rest after it (what was made is kept)
+                self._warming.post()  # a request came: the rest after it (what was made is kept)
                 return
             self._to_warm.discard(path)
 
     def _update_dirty(self) -> None:
-        self._update_posted = False
         if not self._dirty:
             return
         if not self.worker.wait_for_quiet():
-            self._update_posted = True
-            self.worker.post(self._update_dirty, background=True)
+            self._updating.post()
             return
         for uri in list(self._dirty):
             self._reindex(uri)

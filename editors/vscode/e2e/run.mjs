@@ -117,6 +117,9 @@ async function goToLine(page, line) {
   await input.fill(`:${line}`);
   await page.keyboard.press('Enter');
   await page.locator('.quick-input-widget').waitFor({ state: 'hidden' });
+  // The editor has taken the move (and the focus back) once its status bar says so: keys sent
+  // before that may land in the closing box.
+  await waitForCursor(page, (label) => label.startsWith(`Ln ${line},`));
 }
 
 /** Waits until the status bar item says the model is loaded (ready, or already busy with a request). */

@@ -440,7 +440,7 @@ def run_benchmark(scale: Scale, device_name: str, dtype_name: str, *, compiled: 
         scale=scale.name,
         device=torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
         dtype=dtype_name,
-        torch_version=torch.__version__,
+        torch_version=str(torch.__version__),  # TorchVersion (a str subclass) msgspec will not encode
         transformers_version=transformers.__version__,
         attention=attention,
         experts=experts,

@@ -12,7 +12,9 @@ no recent edits). Recall = share of holes whose prompt shows that name's definit
 signature's first line). With the feature off the prompt holds only the current file, so
 recall is 0 by construction: it is counted the same way, as a check. Tokens spent are the
 snippets' estimated tokens with their file headings, against `--budget` (a quarter of the
-default 2,048-token context). Holes are sampled with a fixed seed, spread over the files.
+default 2,048-token context); with `--tokenizer tokenizer.json` also the model's own count of the
+snippets as the infill prompt renders them (their comment block). Holes are sampled with a fixed
+seed, spread over the files.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import msgspec
 from dgemma_lsp.engine.crossfile.files import indexable_language
 from dgemma_lsp.engine.crossfile.gather import HEADER_TOKENS, CrossFileSources
 from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
+from dgemma_lsp.engine.runtime.prompting import cross_file_comments
 from dgemma_lsp.engine.syntax.context import build_context
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import DEFAULT_CONTEXT_TOKENS
@@ -77,6 +80,7 @@ class Tally:
     recalled: int = 0
     recalled_off: int = 0
     tokens: list[int] = field(default_factory=list)
+    model_tokens: list[int] = field(default_factory=list)
     gather_ms: list[float] = field(default_factory=list)
     packages: list[str] = field(default_factory=list)
 
@@ -90,6 +94,9 @@ class LanguageFigures(msgspec.Struct):
     tokens_mean: float
     tokens_p90: int
     budget: int
+    model_tokens_mean: float | None
+    """With --tokenizer: the tokenizer's count of the snippets' comment block in the prompt."""
+    model_tokens_max: int | None
     gather_cpu_ms_p50: float
     gather_cpu_ms_p99: float
 
@@ -274,7 +281,7 @@ def definition_lines(index: WorkspaceIndex, name: str, path: str) -> list[tuple[
     return found
 
 
-def measure(index: WorkspaceIndex, holes, budget: int, context_tokens: int, tally: Tally) -> None:
+def measure(index: WorkspaceIndex, holes, budget: int, context_tokens: int, tally: Tally, tokenizer=None) -> None:
     sources = CrossFileSources(index)
     for path, line_number, name in holes:
         with open(path, encoding="utf-8") as handle:
@@ -301,10 +308,18 @@ def measure(index: WorkspaceIndex, holes, budget: int, context_tokens: int, tall
         tally.recalled += any(sig in "\n".join(shown.get(rel, ())) for rel, sig in wanted)
         tally.recalled_off += any(sig in in_file for _rel, sig in wanted)
         tally.tokens.append(sum(s.tokens for s in snippets) + HEADER_TOKENS * len(shown))
+        if tokenizer is not None and snippets:
+            rendered = cross_file_comments(snippets, doc.language)
+            tally.model_tokens.append(len(tokenizer.encode(rendered, add_special_tokens=False).ids))
 
 
 def run_benchmark(npm_dir: str | None, budget: int, context_tokens: int, holes_per_package: int,
-                  seed: int) -> Report:
+                  seed: int, tokenizer_path: str | None = None) -> Report:
+    tokenizer = None
+    if tokenizer_path:
+        from tokenizers import Tokenizer
+
+        tokenizer = Tokenizer.from_file(tokenizer_path)
     corpora = find_corpora(npm_dir)
     figures = []
     index_files = 0
@@ -322,7 +337,7 @@ def run_benchmark(npm_dir: str | None, budget: int, context_tokens: int, holes_p
                 index_files += len(index)
                 holes = holes_of(index, package_dir, seed, holes_per_package)
                 say(f"bench crossfile: {group} {name}: {len(index)} files, {len(holes)} holes")
-                measure(index, holes, budget, context_tokens, tally)
+                measure(index, holes, budget, context_tokens, tally, tokenizer)
                 tally.packages.append(name)
             if not tally.holes:
                 say(f"bench crossfile: no {group} code found on this machine (see --npm-dir, golang-src)")
@@ -333,7 +348,10 @@ def run_benchmark(npm_dir: str | None, budget: int, context_tokens: int, holes_p
                 language=group, packages=tally.packages, holes=tally.holes,
                 recall_off=tally.recalled_off / tally.holes, recall_on=tally.recalled / tally.holes,
                 tokens_mean=round(statistics.mean(tokens), 1), tokens_p90=tokens[int(0.9 * (len(tokens) - 1))],
-                budget=budget, gather_cpu_ms_p50=round(gather[len(gather) // 2], 2),
+                budget=budget,
+                model_tokens_mean=round(statistics.mean(tally.model_tokens), 1) if tally.model_tokens else None,
+                model_tokens_max=max(tally.model_tokens) if tally.model_tokens else None,
+                gather_cpu_ms_p50=round(gather[len(gather) // 2], 2),
                 gather_cpu_ms_p99=round(gather[int(0.99 * (len(gather) - 1))], 2)))
     return Report(budget=budget, context_tokens=context_tokens, languages=figures, index_files=index_files,
                   index_cpu_s=round(index_cpu, 2))
@@ -404,6 +422,8 @@ def format_table(report: Report) -> str:
     for f in report.languages:
         out.append(f"{f.language:24} {f.holes:>6} {f.recall_off:>6.1%} {f.recall_on:>6.1%} {f.tokens_mean:>12} "
                    f"{f.tokens_p90:>5} {f.gather_cpu_ms_p50:>8} / {f.gather_cpu_ms_p99:<8}")
+        if f.model_tokens_mean is not None:
+            out.append(f"  the model's tokenizer: mean {f.model_tokens_mean}, max {f.model_tokens_max} tokens")
         out.append(f"  packages: {', '.join(f.packages)}")
     out.append(f"index: {report.index_files} files, {report.index_cpu_s} s CPU in all")
     return "\n".join(out)
@@ -416,6 +436,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budget", type=int, default=None, help="cross-file tokens (default: a quarter of the context)")
     parser.add_argument("--holes", type=int, default=150, help="holes per package")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--tokenizer", metavar="TOKENIZER_JSON", default=None,
+                        help="also count the snippets with this tokenizer (the model's tokenizer.json)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--cost", metavar="FOLDER", default=None,
                         help="instead: index build cost of FOLDER (first --cost-files files) and of a generated "
@@ -445,7 +467,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cost:
         return run_cost(args)
     budget = args.budget if args.budget is not None else args.context_tokens // 4
-    report = run_benchmark(args.npm_dir, budget, args.context_tokens, args.holes, args.seed)
+    report = run_benchmark(args.npm_dir, budget, args.context_tokens, args.holes, args.seed, args.tokenizer)
     write_report(report, args.json, format_table)
     return 0 if report.languages else 1
 

@@ -31,8 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 import msgspec
 
 from ..api import CrossFileSnippet
-from ..syntax.context import approx_token_count
-from .gather import HEADER_TOKENS
+from .gather import HEADER_TOKENS, snippet_tokens
 
 LINES_BEFORE = 15
 LINES_AFTER = 5
@@ -87,7 +86,7 @@ _SKIP = {language: frozenset(_COMMON | words) for language, words in _KEYWORDS.i
 _SKIP_GENERIC = frozenset(_COMMON | _GENERIC)
 
 
-_tokens = functools.lru_cache(maxsize=4096)(approx_token_count)
+_tokens = functools.lru_cache(maxsize=4096)(snippet_tokens)
 """Memoized: the same definitions are placed again at every keystroke."""
 
 

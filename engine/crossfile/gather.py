@@ -563,7 +563,7 @@ class CrossFileSources:
         key = (id(definition), header_only, with_doc)
         entry = self._costs.get(key)
         if entry is None:
-            entry = self._costs[key] = (definition, _tokens(_render(definition, language, header_only, with_doc)) + 1)
+            entry = self._costs[key] = (definition, snippet_tokens(_render(definition, language, header_only, with_doc)))
         return entry[1]
 
     def _resolved(self, path: str) -> list:
@@ -579,11 +579,11 @@ class CrossFileSources:
     def _snippet(self, path: str, start: int, end: int, source: str, score: float, text: str) -> CrossFileSnippet:
         shown_path = self.index.relative(path) if self.index is not None else path
         return CrossFileSnippet(path=shown_path, start_line=start, end_line=end, source=source,
-                                score=float(score), tokens=_tokens(text), text=text)
+                                score=float(score), tokens=snippet_tokens(text), text=text)
 
     @staticmethod
     def _cost(text: str, path: str, shown: dict) -> int:
-        return _tokens(text) + (0 if path in shown else HEADER_TOKENS)
+        return snippet_tokens(text) + (0 if path in shown else HEADER_TOKENS)
 
 
 WINDOW_QUERY_LINES = 20
@@ -687,8 +687,9 @@ def _closeness(anchors: list[int], line: int) -> float:
     return max(0.0, 1.0 - nearest / LOCALITY_LINES)
 
 
-def _tokens(text: str) -> int:
-    return approx_token_count(text)
+def snippet_tokens(text: str) -> int:
+    """Tokens of `text` as the prompt shows it: each line behind a comment mark (`# `, `// `), then a newline."""
+    return approx_token_count(text) + text.count("\n") + 2
 
 
 def _overlaps(shown: dict, path: str, start: int, end: int) -> bool:

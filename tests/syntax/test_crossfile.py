@@ -117,7 +117,7 @@ def _prepare(index, path: Path, text: str, offset: int, sources: CrossFileSource
                           cross_file=lambda context: sources.snippets(str(path), language, context, budget))
 
 
-def _blank_line_snippets(tmp_path: Path, files: dict[str, str], budget: int = 24):
+def _blank_line_snippets(tmp_path: Path, files: dict[str, str], budget: int = 30):
     """Index `files` (a package `pkg/` with `pkg/user.py`), then the snippets for the cursor on the
     blank line of user.py: (the index, its sources, the cursor's offset, the snippets)."""
     write(tmp_path, files)
@@ -342,7 +342,7 @@ def test_the_name_that_code_like_the_cursors_uses_elsewhere_scores_up(tmp_path):
     # The sibling changes (the invoice's code now calls step_2): its windows are read again.
     write(tmp_path, {"pkg/peer.py": peer.replace("step_4(subtotal)", "step_2(subtotal)")})
     index.update(str(tmp_path / "pkg" / "peer.py"))
-    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=24).context.cross_file
+    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=30).context.cross_file
     assert snippet.text == "def step_2(value): ..."
 
 
@@ -365,6 +365,6 @@ def test_the_windows_of_an_open_document_are_its_unsaved_code(tmp_path):
     index.build()
     index.update(peer_path, unsaved)
     sources = CrossFileSources(index, lambda: [OpenFile(peer_path, "python", unsaved, 2)])
-    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=24).context.cross_file
+    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=36).context.cross_file  # a quarter kept for open documents
     assert snippet.text == "def step_2(value): ..."
     assert (tmp_path / "pkg" / "peer.py").read_text() == peer  # the disk still says step_4

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from dgemma_lsp.engine.crossfile.files import indexable_language
-from dgemma_lsp.engine.crossfile.gather import HEADER_TOKENS, CrossFileSources
+from dgemma_lsp.engine.crossfile.gather import CrossFileSources, heading_tokens
 from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
 from dgemma_lsp.engine.runtime.prompting import cross_file_comments
 from dgemma_lsp.engine.syntax.context import build_context
@@ -307,7 +307,7 @@ def measure(index: WorkspaceIndex, holes, budget: int, context_tokens: int, tall
         tally.holes += 1
         tally.recalled += any(sig in "\n".join(shown.get(rel, ())) for rel, sig in wanted)
         tally.recalled_off += any(sig in in_file for _rel, sig in wanted)
-        tally.tokens.append(sum(s.tokens for s in snippets) + HEADER_TOKENS * len(shown))
+        tally.tokens.append(sum(s.tokens for s in snippets) + sum(heading_tokens(path) for path in shown))
         if tokenizer is not None and snippets:
             rendered = cross_file_comments(snippets, doc.language)
             tally.model_tokens.append(len(tokenizer.encode(rendered, add_special_tokens=False).ids))

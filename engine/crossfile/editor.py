@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 import msgspec
 
 from ..api import CrossFileSnippet
-from .gather import HEADER_TOKENS, snippet_tokens
+from .gather import heading_tokens, snippet_tokens
 
 LINES_BEFORE = 15
 LINES_AFTER = 5
@@ -194,7 +194,7 @@ def choose(found: Sequence[tuple[str, tuple[EditorDefinition, ...]]], chosen: tu
     left = budget
     for snippet in chosen:
         if snippet.path not in shown:
-            left -= HEADER_TOKENS
+            left -= heading_tokens(snippet.path)
         shown.setdefault(snippet.path, []).append((snippet.start_line, snippet.end_line))
         left -= snippet.tokens
     current = os.path.abspath(current_path) if current_path else ""
@@ -207,7 +207,7 @@ def choose(found: Sequence[tuple[str, tuple[EditorDefinition, ...]]], chosen: tu
                     definition.start_line < end and start < definition.end_line for start, end in shown.get(path, ())):
                 continue
             tokens = _tokens(definition.text)
-            cost = tokens + (0 if path in shown else HEADER_TOKENS)
+            cost = tokens + (0 if path in shown else heading_tokens(path))
             if cost > left:
                 continue
             left -= cost

@@ -98,8 +98,6 @@ WINDOW_BONUS = 12.0
 """Score of a definition by the similarity (0-1) to the lines around the cursor's line of the most
 similar window of the linked files that uses its name (in it or in the two lines after it): code
 like this code elsewhere in the package uses it (windows.py)."""
-HEADER_TOKENS = 12
-"""Tokens of a file's heading in the prompt ("From path:" and its fence)."""
 _MEMO_SIZE = 32
 MAX_COSTS = 200_000
 """Remembered signature costs before they are forgotten (at an index change)."""
@@ -379,7 +377,7 @@ class CrossFileSources:
                 if parent is not None:
                     cost += self._cost_of(parent, language, True, False)
                 if file not in shown and not any(k[0] == file for k in chosen):
-                    cost += HEADER_TOKENS
+                    cost += self._heading(file)
             if spent + cost > budget:
                 misses += 1
                 if misses > MAX_MISSES or budget - spent < 8:
@@ -581,9 +579,11 @@ class CrossFileSources:
         return CrossFileSnippet(path=shown_path, start_line=start, end_line=end, source=source,
                                 score=float(score), tokens=snippet_tokens(text), text=text)
 
-    @staticmethod
-    def _cost(text: str, path: str, shown: dict) -> int:
-        return snippet_tokens(text) + (0 if path in shown else HEADER_TOKENS)
+    def _cost(self, text: str, path: str, shown: dict) -> int:
+        return snippet_tokens(text) + (0 if path in shown else self._heading(path))
+
+    def _heading(self, path: str) -> int:
+        return heading_tokens(self.index.relative(path) if self.index is not None else path)
 
 
 WINDOW_QUERY_LINES = 20
@@ -685,6 +685,11 @@ def _closeness(anchors: list[int], line: int) -> float:
     at = bisect.bisect_left(anchors, line)
     nearest = min(abs(anchors[i] - line) for i in (at - 1, at) if 0 <= i < len(anchors))
     return max(0.0, 1.0 - nearest / LOCALITY_LINES)
+
+
+def heading_tokens(shown_path: str) -> int:
+    """Tokens of a file's heading in the prompt (`// From path:`, then a newline)."""
+    return approx_token_count(f"// From {shown_path}:") + 1
 
 
 def snippet_tokens(text: str) -> int:

@@ -55,14 +55,15 @@ MAX_SIGNATURE_LINES = 4
 
 # Calibrated on DiffusionGemma's tokenizer family (Gemma's 262,144-entry SentencePiece vocabulary):
 # a word piece with the space before it (`▁Header`), split where camelCase starts a new word
-# (`is|Protocol|Switch|Header`) and every 10 lowercase letters, a run of up to 6 capitals, each digit,
-# runs of 2-16 spaces (a lone space joins the word after it), tabs up to 4, each newline, each
-# non-ASCII character and each other character. On 40-line chunks of real Python, Go, TS, JS and C
-# it counts 6-15% more than that tokenizer (5th percentile 0.94x, C headers): still an
-# over-estimate, where the old 4-letter rule counted 1.5-1.9x (docs/decisions.md). No match spans
-# a newline, so the count of a text cut at line ends is the sum of the counts of its lines, and
-# the count of any split text is at least the count of the whole.
-_TOKEN = re.compile(r"[ ]?[A-Z]?[a-z]{1,10}|[ ]?[A-Z]{1,6}(?![a-z])|[0-9]| {2,16}|\t{1,4}|\n|[^\x00-\x7f]|[^\sA-Za-z0-9]")
+# (`is|Protocol|Switch|Header`) and every 10 lowercase letters, capitals in runs of up to 3
+# (`TLS_ECDHE_RSA` is many pieces), each digit, runs of 2-16 spaces (a lone space joins the word
+# after it), tabs up to 4, each newline, each non-ASCII character and each other character. On
+# 40-line chunks of real Python, Go, TS, JS and C it counts 11-15% more than that tokenizer (5th
+# percentile 0.99x, C headers): still an over-estimate, where the old 4-letter rule counted
+# 1.5-1.9x (docs/decisions.md). No match spans a newline, so the count of a text cut at line ends
+# is the sum of the counts of its lines, and the count of any split text is at least the count of
+# the whole.
+_TOKEN = re.compile(r"[ ]?[A-Z]?[a-z]{1,10}|[ ]?[A-Z]{1,3}(?![a-z])|[0-9]| {2,16}|\t{1,4}|\n|[^\x00-\x7f]|[^\sA-Za-z0-9]")
 
 
 def approx_token_count(text: str) -> int:

@@ -137,7 +137,7 @@ def _plan_checks(plan, configured: str) -> list[Check]:
     )
     lines = [Check("memory plan", "ok",
                    f"{plan.dtype} on {plan.device}, {_gib(plan.device_free_bytes)} GiB free in {where}; "
-                   f"planned weights: {modes} (+1 GiB working memory; from {plan.source})")]
+                   f"planned weights: {modes} (+{_gib(plan.margin_bytes)} GiB working memory; from {plan.source})")]
     fitting = [mode for mode in plan.resident_bytes if plan.fits[mode]]
     if plan.fits.get(configured):
         lines.append(Check("quantization", "ok", f"--quantization {configured} fits"))

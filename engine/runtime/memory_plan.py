@@ -20,8 +20,14 @@ from dataclasses import dataclass
 from ..errors import ModelLoadError
 
 GIB = 1024**3
-DEVICE_MARGIN_BYTES = GIB
-"""Left free on the device beyond the weights: activations of a 256-token canvas batch, the CUDA context."""
+DEVICE_MARGIN_BYTES = 4 * GIB
+"""Left free on a GPU beyond the weights: the denoising step's working memory and the CUDA context.
+Measured on an H200 (bench/RESULTS.md, "the first GPU figures"): a 512-token prompt's canvases peaked
+1.96-2.14 GB above the weights at 1 candidate and 4.39 GB at 4 (int4); the default is 3 candidates,
+and the CUDA context (~0.5 GiB) is outside what the allocator counts. It was 1 GiB before that."""
+CPU_MARGIN_BYTES = GIB
+"""Left free in host memory beyond the weights when the model runs on the CPU (the tiny model's working
+memory is small; the full model is not run there)."""
 HOST_MARGIN_BYTES = GIB // 2
 """Left free on the host beyond what the load itself holds."""
 MODES_BY_SIZE = ("none", "fp8", "int8", "int4")
@@ -42,8 +48,13 @@ class FitPlan:
     host_pass_bytes: int
     """Host memory the load itself holds at its peak beyond what stays resident (about one shard)."""
 
+    @property
+    def margin_bytes(self) -> int:
+        """Working memory kept free beyond the weights on this plan's device."""
+        return CPU_MARGIN_BYTES if self.device == "cpu" else DEVICE_MARGIN_BYTES
+
     def fits(self, mode: str) -> bool:
-        need_device = self.resident_bytes[mode] + DEVICE_MARGIN_BYTES
+        need_device = self.resident_bytes[mode] + self.margin_bytes
         need_host = self.host_pass_bytes + HOST_MARGIN_BYTES
         if self.device == "cpu":  # one pool: the resident weights and the shard in flight
             return need_device + self.host_pass_bytes <= self.device_free_bytes
@@ -58,7 +69,7 @@ def check_fit(plan: FitPlan) -> None:
     need = plan.resident_bytes[plan.mode]
     message = (
         f"the model does not fit: --quantization {plan.mode} needs {_gib(need)} GiB of weights on {where} "
-        f"(+{_gib(DEVICE_MARGIN_BYTES)} GiB working memory) but {_gib(plan.device_free_bytes)} GiB is free"
+        f"(+{_gib(plan.margin_bytes)} GiB working memory) but {_gib(plan.device_free_bytes)} GiB is free"
     )
     if plan.device != "cpu" and plan.host_pass_bytes + HOST_MARGIN_BYTES > plan.host_free_bytes:
         message += (f", and reading it needs {_gib(plan.host_pass_bytes + HOST_MARGIN_BYTES)} GiB of host memory "

@@ -43,6 +43,8 @@ class SizePlan:
     host_pass_bytes: int
     """The largest shard the first start reads through host memory (0: not known without the checkpoint)."""
     fits: dict[str, bool] = field(default_factory=dict)
+    margin_bytes: int = 0
+    """Working memory the fit rule keeps free beyond the weights on this device (memory_plan)."""
 
 
 def cuda_devices() -> list[Gpu]:
@@ -85,7 +87,7 @@ def size_plan(folder: Path | None, architecture: Path | None, device: str | None
     fit = FitPlan(mode="none", device=device, resident_bytes=resident, device_free_bytes=free_device_bytes(device),
                   host_free_bytes=available_host_bytes(), host_pass_bytes=host_pass)
     return SizePlan(device, dtype, source, resident, fit.device_free_bytes, fit.host_free_bytes, host_pass,
-                    {mode: fit.fits(mode) for mode in resident})
+                    {mode: fit.fits(mode) for mode in resident}, fit.margin_bytes)
 
 
 def _from_checkpoint(folder: Path, dtype: str) -> tuple[dict[str, int], int, str]:

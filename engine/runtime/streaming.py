@@ -50,7 +50,7 @@ ProgressFn = Callable[[int, int], None]
 """Called with (shards done, shards in all) after each shard."""
 
 PACK_CHUNK_BYTES = 128 * 1024**2
-"""fp32 bytes of the experts packed per quantize call while loading onto a GPU (inside its 1 GiB margin)."""
+"""fp32 bytes of the experts packed per quantize call while loading onto a GPU (inside memory_plan's working margin)."""
 HOST_PACK_CHUNK_BYTES = 0
 """The same on a CPU device, where the temporaries share host memory with the load: 0, one expert per call."""
 INDEX_FILE = "model.safetensors.index.json"

@@ -277,7 +277,7 @@ def definition_lines(index: WorkspaceIndex, name: str, path: str) -> list[tuple[
             continue
         for definition in outline.definitions:
             if definition.name == name:
-                found.append((index.relative(other), definition.signature.split("\n")[0].strip().replace(" { ... }", "")))
+                found.append((index.relative(other), definition.signature.split("\n")[0].strip()))
     return found
 
 

@@ -599,7 +599,7 @@ def _first_line(top: bool, language: str) -> bool:
 
 def _render(definition: Definition, language: str, header_only: bool = False, with_doc: bool = True) -> str:
     """The definition as the prompt shows it: its signature (or header), with its doc line if asked."""
-    signature = definition.signature.replace(" { ... }", "")
+    signature = definition.signature
     if header_only:
         signature = signature.split("\n")[0].rstrip()
     doc = definition.doc if with_doc else ""

@@ -38,7 +38,8 @@ class Definition(msgspec.Struct, frozen=True):
     end_line: int
     """One past its last line."""
     signature: str
-    """Signature with the body elided, or a data type with its fields (indented as in the file)."""
+    """Signature with the body left out (a brace language's ends where its body starts; Python's says ` ...`),
+    or a data type with its fields (indented as in the file)."""
     doc: str
     """First line of its docstring or doc comment, "" when none."""
     parent: str | None
@@ -260,7 +261,7 @@ class _Reader:
         doc = self.comment_doc(outer)
         if kind in ("function_declaration", "generator_function_declaration", "function_signature"):
             self.add(self.text(node.child_by_field_name("name")), "function", node,
-                     self.head(node, node.child_by_field_name("body"), " { ... }"), doc)
+                     self.head(node, node.child_by_field_name("body"), ""), doc)
         elif kind in ("class_declaration", "abstract_class_declaration", "class"):
             body = node.child_by_field_name("body")
             name = self.text(node.child_by_field_name("name"))
@@ -281,7 +282,7 @@ class _Reader:
                     body = value.child_by_field_name("body")
                     if body is not None and body.type != "statement_block":  # `(a) => a + 1`: one expression
                         body = None
-                    self.add(self.text(name), "function", node, self.head(node, body, " { ... }"), doc)
+                    self.add(self.text(name), "function", node, self.head(node, body, ""), doc)
                 elif value is not None and value.type == "class":
                     self._js_definition(value, outer)
                 else:
@@ -294,7 +295,7 @@ class _Reader:
             return
         if kind in ("method_definition", "method_signature", "abstract_method_signature"):
             self.add(self.text(name), "method", member,
-                     self.head(member, member.child_by_field_name("body"), " { ... }"), "", parent)
+                     self.head(member, member.child_by_field_name("body"), ""), "", parent)
         elif kind in ("public_field_definition", "field_definition", "property_signature"):
             self.add(self.text(name), "field", member, _cap(self.whole(member, 1), 1), "", parent)
 
@@ -333,11 +334,11 @@ class _Reader:
                                               alias=self.text(alias) if alias is not None else None))
         elif kind == "function_declaration":
             self.add(self.text(node.child_by_field_name("name")), "function", node,
-                     self.head(node, node.child_by_field_name("body"), " { ... }"), self.comment_doc(node))
+                     self.head(node, node.child_by_field_name("body"), ""), self.comment_doc(node))
         elif kind == "method_declaration":
             receiver = node.child_by_field_name("receiver")
             self.add(self.text(node.child_by_field_name("name")), "method", node,
-                     self.head(node, node.child_by_field_name("body"), " { ... }"), self.comment_doc(node),
+                     self.head(node, node.child_by_field_name("body"), ""), self.comment_doc(node),
                      _go_receiver_type(self, receiver))
         elif kind == "type_declaration":
             doc = self.comment_doc(node)
@@ -359,7 +360,7 @@ class _Reader:
         doc = self.comment_doc(node)
         if kind in ("function_item", "function_signature_item"):
             self.add(self.text(node.child_by_field_name("name")), "method" if parent else "function", node,
-                     self.head(node, node.child_by_field_name("body"), " { ... }"), doc, parent)
+                     self.head(node, node.child_by_field_name("body"), ""), doc, parent)
         elif kind in ("struct_item", "enum_item", "union_item", "type_item"):
             self.add(self.text(node.child_by_field_name("name")), "type", node, self.whole(node), doc, parent)
         elif kind in ("const_item", "static_item"):
@@ -411,7 +412,7 @@ class _Reader:
                     self._java(member, name)
         elif kind in ("method_declaration", "constructor_declaration") and parent:
             self.add(self.text(node.child_by_field_name("name")), "method", node,
-                     self.head(node, node.child_by_field_name("body"), " { ... }"), self.comment_doc(node), parent)
+                     self.head(node, node.child_by_field_name("body"), ""), self.comment_doc(node), parent)
         elif kind in ("field_declaration", "constant_declaration") and parent:
             for declarator in node.children_by_field_name("declarator"):
                 self.add(self.text(declarator.child_by_field_name("name")), "field", node,
@@ -435,7 +436,7 @@ class _Reader:
                     self._c(child, parent)
         elif kind == "function_definition":
             self.add(_c_name(self, node.child_by_field_name("declarator")), "method" if parent else "function",
-                     node, self.head(node, node.child_by_field_name("body"), " { ... }"), self.comment_doc(node),
+                     node, self.head(node, node.child_by_field_name("body"), ""), self.comment_doc(node),
                      parent)
         elif kind in ("declaration", "field_declaration"):
             declarator = node.child_by_field_name("declarator")

@@ -7,13 +7,15 @@ it, rare words weighing more; the module the code near the cursor reaches throug
 (`events.`); members of the type the cursor's code belongs to and of its bases, and of types named
 near the cursor; names that other workspace files mention often, and those that the linked files
 most like this one mention; names that the linked files' windows most like the code around the
-cursor's line use (windows.py); of another Go package, its exported names only; a name the
+cursor's line use, and names that come with the names near the cursor in all their windows, more
+than they come anywhere (windows.py); of another Go package, its exported names only; a name the
 file already mentions weighs a fifth, since the model sees it in use, while a name the file never
 mentions it cannot write without its definition), the most similar window of each other open
 document of the same language, and recently edited or viewed ranges of other files. Definitions
 are ranked by score per token (its square root) and packed as one-line signatures (a type or class
-as its header line; a member as its first line, except in Python) first; what is left of the budget then shows fields and doc lines, best first.
-Never a body.
+as its header line; a member as its first line, except in Python) first, one definition a name
+(a twin in another file says nothing new; constructors are kept per type); what is left of the
+budget then shows fields and doc lines, best first. Never a body.
 
 Stable while the user types on one line: the snippets depend only on the code near the
 cursor *outside* its line (the context's prefix up to the cursor's line and its suffix
@@ -98,6 +100,9 @@ WINDOW_BONUS = 12.0
 """Score of a definition by the similarity (0-1) to the lines around the cursor's line of the most
 similar window of the linked files that uses its name (in it or in the two lines after it): code
 like this code elsewhere in the package uses it (windows.py)."""
+ALONGSIDE_BONUS = 2.0
+"""Score of a definition per unit of how much more than anywhere its name comes with the names near
+the cursor, in all the linked files' windows (windows.py's `names_alongside`)."""
 _MEMO_SIZE = 32
 MAX_COSTS = 200_000
 """Remembered signature costs before they are forgotten (at an index change)."""
@@ -276,9 +281,13 @@ class CrossFileSources:
         # Not in Go: a package's files share one namespace and all of them are peers (measured worse).
         couse = self._couse(path, mentioned, [link.path for link, _weight in links]) if language != "go" else {}
         # The names that code like the lines around the cursor's line uses elsewhere in the package.
-        followed = self.file_windows.names_near(
-            before, [(link.path, index.files[link.path]) for link, _weight in links if link.path in index.files],
-            self._rarity, after, {f.path: f.text for f in self.open_files()})
+        linked = [(link.path, index.files[link.path]) for link, _weight in links if link.path in index.files]
+        open_texts = {f.path: f.text for f in self.open_files()}
+        followed = self.file_windows.names_near(before, linked, self._rarity, after, open_texts)
+        # The names that come with the names near the cursor wherever the package uses them.
+        alongside = self.file_windows.names_alongside(
+            before, linked, self._rarity, after, frozenset(d.name for _path, outline in linked for d in outline.definitions),
+            open_texts)
         for link, weight in links:
             outline = index.files.get(link.path)
             if outline is None:
@@ -307,6 +316,7 @@ class CrossFileSources:
                 if definition.name in near_names:
                     score += USED_BONUS
                 score += WINDOW_BONUS * followed.get(definition.name, 0.0)
+                score += ALONGSIDE_BONUS * alongside.get(definition.name, 0.0)
                 if definition.name in link.names:
                     score += IMPORTED_BONUS
                 if definition.parent is None:
@@ -362,9 +372,16 @@ class CrossFileSources:
         # fit; then, best first, what is left of the budget shows their fields and doc lines.
         chosen: dict[tuple[str, int], list] = {}  # (file, top start line) -> [top, score, members, whole, detail]
         spent = misses = 0
+        # One definition a name: its twin in another file (a Go build-tag variant, the same method of
+        # another class, a platform's version) says what the first one said, at the same cost. Not a
+        # constructor's (`__init__`, `constructor`, `new`): each type's says how to make that type.
+        named: set[tuple[str, str | None]] = set()
         for score, _order, file, definition, parent in items:
             if score <= 0.05:
                 break
+            twin = _twin_key(definition)
+            if twin in named:
+                continue
             top = parent or definition
             slot = chosen.get((file, top.start_line))
             if slot is not None and (parent is None or any(m[0] is definition for m in slot[2])):
@@ -384,6 +401,7 @@ class CrossFileSources:
                     break  # nothing small enough is likely to come: the rest is the tail of the ranking
                 continue
             spent += cost
+            named.add(_twin_key(definition))
             if slot is None:
                 slot = chosen[(file, top.start_line)] = [top, score, [], parent is None, False]
             if parent is not None:
@@ -685,6 +703,17 @@ def _closeness(anchors: list[int], line: int) -> float:
     at = bisect.bisect_left(anchors, line)
     nearest = min(abs(anchors[i] - line) for i in (at - 1, at) if 0 <= i < len(anchors))
     return max(0.0, 1.0 - nearest / LOCALITY_LINES)
+
+
+_CONSTRUCTORS = frozenset({"constructor", "new", "init"})
+
+
+def _twin_key(definition: Definition) -> tuple[str, str | None]:
+    """What two definitions share when one of them says what the other would: the name, and for a
+    constructor (which makes its own type) the type too."""
+    name = definition.name
+    own_type = name in _CONSTRUCTORS or (name.startswith("__") and name.endswith("__"))
+    return name, definition.parent if own_type else None
 
 
 def heading_tokens(shown_path: str) -> int:

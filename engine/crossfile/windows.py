@@ -12,6 +12,10 @@ Copilot's similar windows, used here to rank names rather than to show code): si
 share of the query's rarity (a name's rarity: the log of files over the files that mention it)
 that a window also uses, and each name scores the similarity of the most similar window that uses
 it (or whose next lines do): a weak best match boosts little.
+`names_alongside` asks the same windows another question: over *all* the windows that use each name of
+the query (not the few most like it), which names come with them, more than they come anywhere
+(item-to-item co-occurrence with a lift, as recommenders rank "used together"): `isUntyped` comes
+with `isInteger` and `operand` wherever they are, whatever the code in between.
 Knows nothing of tree-sitter, tokens or LSP.
 """
 
@@ -44,20 +48,34 @@ MIN_SIMILARITY = 0.1
 """A window sharing less of the query's rarity than this is noise."""
 MAX_FILES = 400
 """Files whose windows are remembered (the least recently used are forgotten)."""
+ALONGSIDE_WINDOWS = 100
+"""Windows of one query name that `names_alongside` reads at most (evenly spread over them)."""
+LIFT = 0.7
+"""`names_alongside` divides by a name's own share of the windows to this power: a name that comes with
+everything (`err`, `self`) says little, but a rare one is not trusted in full (1 would rank noise up)."""
 
 
 class _Windows:
     """One file's windows: identifier -> the windows using it (each its first chunk's number), and
     each chunk's identifiers."""
 
-    __slots__ = ("outline", "postings", "chunks")
+    __slots__ = ("outline", "postings", "chunks", "_names")
 
     def __init__(self, outline: object, postings: dict[str, list[int]], chunks: list[frozenset[str]]) -> None:
         self.outline, self.postings, self.chunks = outline, postings, chunks
+        self._names: dict[int, frozenset[str]] = {}
 
     def names(self, window: int) -> frozenset[str]:
         """What the window and the lines after it use."""
-        return frozenset().union(*self.chunks[window:window + WINDOW_CHUNKS + NEXT_CHUNKS])
+        found = self._names.get(window)
+        if found is None:
+            found = self._names[window] = frozenset().union(*self.chunks[window:window + WINDOW_CHUNKS + NEXT_CHUNKS])
+        return found
+
+    @property
+    def count(self) -> int:
+        """How many windows the file has."""
+        return len(range(0, max(1, len(self.chunks) - WINDOW_CHUNKS + 1), STEP_CHUNKS))
 
 
 class FileWindows:
@@ -100,15 +118,7 @@ class FileWindows:
         window of `files` ((path, outline) each) that uses it, against the last lines of `before`
         and the first of `after`. `open_texts`: path -> buffer of the open documents (their unsaved
         code, as the index has it)."""
-        query_lines = [line for line in before.split("\n") if line.strip()][-QUERY_LINES:]
-        # Sorted: the sums below add in one order whatever the hash seed (the same choice every run).
-        weights = {name: rarity(name) for name in sorted(identifiers("\n".join(query_lines)))}
-        # The code after the cursor's line is like what follows the similar code elsewhere.
-        after_lines = [line for line in after.split("\n") if line.strip()][:AFTER_LINES]
-        for name in sorted(identifiers("\n".join(after_lines))):
-            weights.setdefault(name, rarity(name))
-        for name in identifiers("\n".join(query_lines[-LAST_LINES:])):  # the code the next line continues
-            weights[name] *= LAST_WEIGHT
+        weights = _query(before, after, rarity)
         total = sum(weights.values())
         if not total:
             return {}
@@ -134,3 +144,45 @@ class FileWindows:
                 if name not in scores:
                     scores[name] = similarity
         return scores
+
+    def names_alongside(self, before: str, files: list[tuple[str, object]], rarity: Callable[[str], float],
+                        after: str, wanted: frozenset[str], open_texts: dict[str, str] | None = None) -> dict[str, float]:
+        """Name (of `wanted`) -> how much more than anywhere it comes in the windows of `files` that use
+        the query's names (the query of `names_near`): for each query name, the share of its windows
+        that also use the name (weighted by the query name's share of the query's rarity), summed,
+        times (all windows / the windows using the name) ** LIFT."""
+        weights = _query(before, after, rarity)
+        total = sum(weights.values())
+        if not total or not wanted:
+            return {}
+        entries = [self.of(path, outline, open_texts.get(path) if open_texts else None) for path, outline in files]
+        found: dict[str, float] = {}
+        for name, weight in weights.items():
+            if weight <= 0:
+                continue
+            windows = [(entry, window) for entry in entries for window in entry.postings.get(name, ())]
+            if not windows:
+                continue
+            windows = windows[:: len(windows) // ALONGSIDE_WINDOWS + 1]
+            share = weight / total / len(windows)
+            for entry, window in windows:
+                for other in entry.names(window) & wanted:
+                    found[other] = found.get(other, 0.0) + share
+        every = sum(entry.count for entry in entries)
+        return {name: value * (every / (1 + sum(len(entry.postings.get(name, ())) for entry in entries))) ** LIFT
+                for name, value in found.items()}
+
+
+def _query(before: str, after: str, rarity: Callable[[str], float]) -> dict[str, float]:
+    """The names of the last QUERY_LINES non-blank lines before the cursor's line and the first
+    AFTER_LINES after it, each weighing its rarity (LAST_WEIGHT times in the last LAST_LINES lines)."""
+    query_lines = [line for line in before.split("\n") if line.strip()][-QUERY_LINES:]
+    # Sorted: the sums over it add in one order whatever the hash seed (the same choice every run).
+    weights = {name: rarity(name) for name in sorted(identifiers("\n".join(query_lines)))}
+    # The code after the cursor's line is like what follows the similar code elsewhere.
+    after_lines = [line for line in after.split("\n") if line.strip()][:AFTER_LINES]
+    for name in sorted(identifiers("\n".join(after_lines))):
+        weights.setdefault(name, rarity(name))
+    for name in identifiers("\n".join(query_lines[-LAST_LINES:])):  # the code the next line continues
+        weights[name] *= LAST_WEIGHT
+    return weights

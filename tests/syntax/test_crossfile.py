@@ -12,6 +12,7 @@ from dgemma_lsp.engine.crossfile.gather import CrossFileSources
 from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
 from dgemma_lsp.engine.crossfile.neighbours import OpenFile, RecentRanges
 from dgemma_lsp.engine.crossfile.resolve import resolve_imports
+from dgemma_lsp.engine.crossfile.windows import FileWindows
 from dgemma_lsp.engine.runtime.prompting import PromptLayout
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import prepare_infill
@@ -280,7 +281,9 @@ def test_a_module_the_code_near_the_cursor_reaches_through_its_alias_comes_first
             "    events.step_0(task)\n    events.step_0(task)\n    events.step_0(task)\n    \n    return task\n")
     _, _, _, (snippet,) = _blank_line_snippets(
         tmp_path, {"pkg/__init__.py": "", "pkg/events.py": module, "pkg/other.py": module, "pkg/user.py": user})
-    assert (snippet.path, snippet.text) == ("pkg/events.py", "def step_1(value): ...")
+    # Which of events' unused functions comes is a tie here (alike code, alike neighbours); not step_0,
+    # which the file already calls.
+    assert snippet.path == "pkg/events.py" and snippet.text.startswith("def step_") and "step_0" not in snippet.text
 
 
 def test_names_that_files_like_this_one_use_score_up(tmp_path):
@@ -368,3 +371,45 @@ def test_the_windows_of_an_open_document_are_its_unsaved_code(tmp_path):
     (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=36).context.cross_file  # a quarter kept for open documents
     assert snippet.text == "def step_2(value): ..."
     assert (tmp_path / "pkg" / "peer.py").read_text() == peer  # the disk still says step_4
+
+
+def test_a_name_defined_in_two_files_is_shown_once_but_each_type_keeps_its_constructor(tmp_path):
+    # Go build-tag twins (`fips_on.go`, `fips_off.go`) define the same function: the prompt shows one
+    # of them, and the tokens the other would take go to the next definition. Two classes' `__init__`
+    # are not twins: each says how to make its own type.
+    twin = "package web\n\nfunc curvePreferences(c *Config) []int {\n\treturn nil\n}\n"
+    server = "package web\n\nfunc (s *Server) Serve(c *Config) error {\n\tprefs := curves(c)\n\t\n\treturn nil\n}\n"
+    write(tmp_path, {"web/fips_on.go": twin, "web/fips_off.go": twin, "web/server.go": server,
+                     "web/config.go": "package web\n\ntype Config struct {\n\tName string\n}\n\n"
+                                      "func curves(c *Config) []int {\n\treturn nil\n}\n"})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    path = tmp_path / "web" / "server.go"
+    shown = _names_in(_prepare(index, path, server, server.index("\t\n") + 1, CrossFileSources(index), language="go"))
+    assert shown.count("func curvePreferences(c *Config) []int") == 1
+    models = ("class Letter:\n    def __init__(self, text):\n        self.text = text\n\n\n"
+              "class Parcel:\n    def __init__(self, weight):\n        self.weight = weight\n")
+    user = "from .models import Letter, Parcel\n\n\ndef send(text, weight):\n    \n    return text\n"
+    _, _, _, snippets = _blank_line_snippets(tmp_path / "py", {"pkg/__init__.py": "", "pkg/models.py": models,
+                                                               "pkg/user.py": user}, budget=200)
+    text = "\n".join(s.text for s in snippets)
+    assert "def __init__(self, text):" in text and "def __init__(self, weight):" in text
+
+
+def test_a_name_that_comes_with_the_names_near_the_cursor_elsewhere_scores_over_one_that_comes_everywhere(tmp_path):
+    # In three files `open_mailbox` comes with `seal_envelope` in every window that uses it, but so does
+    # `log_event`, which comes with everything; `stamp_letter` never comes with it. Seen from a cursor
+    # after `open_mailbox(...)`, `seal_envelope` scores highest: coming along more than anywhere (the
+    # lift) is what tells them apart.
+    filler = "".join(f"    log_event(step_{n})\n    tally_{n} = step_{n} + 1\n" for n in range(6))
+    with_it = "def deliver_{0}(path):\n    box = open_mailbox(path)\n    seal_envelope(box)\n    log_event(box)\n\n\n"
+    without = "def stamp_{0}(item):\n    stamp_letter(item)\n    log_event(item)\n\n\n"
+    files = []
+    for number in range(3):
+        path = tmp_path / f"post_{number}.py"
+        path.write_text(with_it.format(number) + "def busy():\n" + filler + "\n\n" + without.format(number))
+        files.append((str(path), object()))
+    scores = FileWindows().names_alongside("def deliver(path):\n    box = open_mailbox(path)\n", files,
+                                           lambda name: 1.0 if len(name) > 2 else 0.0, "",
+                                           frozenset({"seal_envelope", "log_event", "stamp_letter"}))
+    assert scores["seal_envelope"] > scores["log_event"] > scores.get("stamp_letter", 0.0)

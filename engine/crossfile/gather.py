@@ -401,7 +401,7 @@ class CrossFileSources:
                     break  # nothing small enough is likely to come: the rest is the tail of the ranking
                 continue
             spent += cost
-            named.add(_twin_key(definition))
+            named.add(twin)
             if slot is None:
                 slot = chosen[(file, top.start_line)] = [top, score, [], parent is None, False]
             if parent is not None:

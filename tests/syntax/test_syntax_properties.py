@@ -1,7 +1,8 @@
 """Property tests of the syntax layer (hypothesis).
 
 - After any sequence of edits, the incrementally edited tree equals a fresh parse of the
-  same text (S-expression and every node's byte span and points), non-ASCII text included;
+  same text (S-expression and every node's byte span and points), non-ASCII text included
+  (on broken text: tree-sitter's own incremental parse of the same edits);
   rows counted from the last known point equal a count from the start, and str <-> byte
   offsets equal a conversion from the start.
 - The context never exceeds its token budget, and its prefix/suffix are the text around the cursor.
@@ -18,6 +19,7 @@
 from __future__ import annotations
 
 import msgspec
+import tree_sitter
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +35,7 @@ from dgemma_lsp.engine.syntax.infill import (
     prepare_infill,
     prepare_rewrite,
 )
-from dgemma_lsp.engine.syntax.languages import DEFINITION_TYPES, IMPORT_TYPES
+from dgemma_lsp.engine.syntax.languages import DEFINITION_TYPES, IMPORT_TYPES, grammar_for
 from dgemma_lsp.engine.syntax.planning import plan_hole
 from dgemma_lsp.engine.syntax.postprocess import finish_text
 
@@ -99,17 +101,63 @@ def edit_sequences(draw):
     return language, edits
 
 
+def _point(source: bytes, byte: int) -> tuple[int, int]:
+    return source.count(b"\n", 0, byte), byte - (source.rfind(b"\n", 0, byte) + 1)
+
+
+def _tree_sitter_incremental(language, edits):
+    """Tree-sitter's own incremental parse of the same edits, each located from the whole text."""
+    parser = tree_sitter.Parser(grammar_for(language))
+    text = SEEDS[language]
+    source = text.encode("utf-8")
+    tree = parser.parse(source)
+    for start, end, new_text in edits:
+        start_byte, old_end_byte = len(text[:start].encode("utf-8")), len(text[:end].encode("utf-8"))
+        text = text[:start] + new_text + text[end:]
+        new_source = text.encode("utf-8")
+        new_end_byte = start_byte + len(new_text.encode("utf-8"))
+        tree.edit(start_byte, old_end_byte, new_end_byte, _point(source, start_byte),
+                  _point(source, old_end_byte), _point(new_source, new_end_byte))
+        tree, source = parser.parse(new_source, tree), new_source
+    return tree
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(edit_sequences())
 def test_incremental_tree_equals_fresh_parse(case):
+    """Equal to a fresh parse where the text parses cleanly; on broken text, to tree-sitter's own
+    incremental parse of the same edits.
+
+    Tree-sitter does not promise that error recovery in an incremental parse finds the tree a fresh
+    parse finds (tree-sitter/tree-sitter#4001, #5636): in each of two runs of 20,000 random edit
+    sequences 5 differed (Go, Java, JavaScript, Scala), every one on text whose fresh parse has
+    errors. What this checks on broken text is ours: the bytes and points each edit hands tree-sitter."""
     language, edits = case
     doc = SyntaxDocument(SEEDS[language], language)
     for start, end, new_text in edits:
         doc.apply_change(start, end, new_text)
     fresh = SyntaxDocument(doc.text, language)
     assert doc.source == doc.text.encode("utf-8")
-    assert str(doc.tree.root_node) == str(fresh.tree.root_node)
-    assert _node_spans(doc.tree) == _node_spans(fresh.tree)
+    expected = _tree_sitter_incremental(language, edits) if fresh.tree.root_node.has_error else fresh.tree
+    assert str(doc.tree.root_node) == str(expected.root_node)
+    assert _node_spans(doc.tree) == _node_spans(expected)
+
+
+def test_a_tree_recovered_differently_from_a_fresh_parse_is_fresh_again_once_the_text_is():
+    """The case where tree-sitter-scala's incremental recovery differs from a fresh parse: the
+    document's tree is tree-sitter's, and undoing the edits gives the fresh parse's tree back."""
+    edits = [(34, 34, "a"), (30, 36, "}"), (39, 43, "")]
+    doc = SyntaxDocument(SEEDS["scala"], "scala")
+    for start, end, new_text in edits:
+        doc.apply_change(start, end, new_text)
+    broken = SyntaxDocument(doc.text, "scala")
+    assert _node_spans(doc.tree) != _node_spans(broken.tree)  # the divergence this test is about
+    assert _node_spans(doc.tree) == _node_spans(_tree_sitter_incremental("scala", edits))
+    doc.apply_change(30, 31, "x: In")  # "(}t): Int     val" -> "(x: Int): Int     val"
+    after_type = doc.text.index("Int     val") + len("Int")
+    doc.apply_change(after_type, after_type + 1, " = {\n")  # -> "(x: Int): Int = {\n    val"
+    assert doc.text == SEEDS["scala"]
+    assert _node_spans(doc.tree) == _node_spans(SyntaxDocument(SEEDS["scala"], "scala").tree)
 
 
 @settings(max_examples=200, deadline=None)

@@ -248,7 +248,7 @@ class _DraftFinisher:
     result is most often the last draft's text: then the answer is ready when the result
     arrives, and the request skips a round trip to the worker (two thread wake-ups, ~0.4 ms of
     a keystroke). Otherwise, or with several candidates, the result is finished as usual.
-    A draft counts as ready only once it was sent, so no draft follows the answer.
+    No draft follows the answer: the request closes this finisher before it answers.
     """
 
     def __init__(self, prepared: PreparedInfill, frozen: SyntaxDocument, checker: list[CandidateChecker | None],
@@ -257,8 +257,7 @@ class _DraftFinisher:
         self.on_draft, self.worker = on_draft, worker
         self.newest: str | None = None
         self.newest_job: asyncio.Future | None = None
-        self.ready: tuple[str, list[Candidate]] | None = None
-        """(raw text, its answer) of the newest draft sent."""
+        """The newest draft's finishing on the worker: (text shown, its answer)."""
         self.closed = False
 
     def close(self) -> None:
@@ -290,26 +289,30 @@ class _DraftFinisher:
         if done.exception() is not None:
             log.error("finishing a draft failed", exc_info=done.exception())
             return
-        shown, answer = done.result()
+        shown, _ = done.result()
         if self.on_draft is not None:
             self.on_draft(step.step, self.lead + shown)
-        if answer is not None:
-            self.ready = (step.text, answer)
 
     async def answer_for(self, result) -> list[Candidate] | None:
         """The finished answer when `result` is the newest draft's text alone; None: finish it.
 
         When that draft is still on the worker, its finishing is awaited: the worker runs jobs in
         order, so a new finishing job would only queue behind it (and whether the draft had
-        finished first would depend on the machine's speed)."""
-        if len(result.candidates) != 1 or result.candidates[0].text != self.newest:
+        finished first would depend on the machine's speed). The answer is read from the job
+        itself: a job that is done may not have had its done callbacks (`_finished`) run yet,
+        as they run on the loop's next pass, and this task can come first."""
+        job = self.newest_job
+        if job is None or len(result.candidates) != 1 or result.candidates[0].text != self.newest:
             return None
-        if self.newest_job is not None and not self.newest_job.done():
-            await asyncio.wait([self.newest_job])  # `_finished`, added first, has run when this returns
-        if self.ready is None or result.candidates[0].text != self.ready[0]:
+        if not job.done():
+            await asyncio.wait([job])
+        if job.cancelled() or job.exception() is not None:
+            return None
+        _, answer = job.result()
+        if answer is None:
             return None
         confidence = result.candidates[0].confidence
-        return [msgspec.structs.replace(c, confidence=confidence) for c in self.ready[1]]
+        return [msgspec.structs.replace(c, confidence=confidence) for c in answer]
 
 
 def _suggestion(target: _Target, text: str, replace_chars: int) -> Suggestion:

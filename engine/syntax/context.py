@@ -63,7 +63,7 @@ MAX_SIGNATURE_LINES = 4
 # 1.5-1.9x (docs/decisions.md). No match spans a newline, so the count of a text cut at line ends
 # is the sum of the counts of its lines, and the count of any split text is at least the count of
 # the whole.
-_TOKEN = re.compile(r"[ ]?[A-Z]?[a-z]{1,10}|[ ]?[A-Z]{1,3}(?![a-z])|[0-9]| {2,16}|\t{1,4}|\n|[^\x00-\x7f]|[^\sA-Za-z0-9]")
+_TOKEN = re.compile(r"[ ]?\.\.\.|[ ]?[A-Z]?[a-z]{1,10}|[ ]?[A-Z]{1,3}(?![a-z])|[0-9]| {2,16}|\t{1,4}|\n|[^\x00-\x7f]|[^\sA-Za-z0-9]")
 
 
 def approx_token_count(text: str) -> int:

@@ -370,7 +370,8 @@ class CrossFileSources:
         items.sort(key=density)
         # Signatures first, one line each (a type's or class's header alone): as many definitions as
         # fit; then, best first, what is left of the budget shows their fields and doc lines.
-        chosen: dict[tuple[str, int], list] = {}  # (file, top start line) -> [top, score, members, whole, detail]
+        # (file, top start line) -> [top, score, members, whole, detail, headed]
+        chosen: dict[tuple[str, int], list] = {}
         spent = misses = 0
         # One definition a name: its twin in another file (a Go build-tag variant, the same method of
         # another class, a platform's version) says what the first one said, at the same cost. Not a
@@ -384,14 +385,15 @@ class CrossFileSources:
                 continue
             top = parent or definition
             slot = chosen.get((file, top.start_line))
-            if slot is not None and (parent is None or any(m[0] is definition for m in slot[2])):
+            if slot is not None and (slot[5] if parent is None else any(m[0] is definition for m in slot[2])):
                 continue
             if _overlaps(shown, file, top.start_line, top.end_line) and slot is None:
                 continue
             language = index.files[file].language
             cost = self._cost_of(definition, language, _first_line(parent is None, language), False)
+            headed = parent is None or not _receiver_names_type(language)
             if slot is None:
-                if parent is not None:
+                if parent is not None and headed:
                     cost += self._cost_of(parent, language, True, False)
                 if file not in shown and not any(k[0] == file for k in chosen):
                     cost += self._heading(file)
@@ -403,12 +405,15 @@ class CrossFileSources:
             spent += cost
             named.add(twin)
             if slot is None:
-                slot = chosen[(file, top.start_line)] = [top, score, [], parent is None, False]
+                slot = chosen[(file, top.start_line)] = [top, score, [], parent is None, False, headed]
+            elif parent is None:  # a Go type whose methods came first, without it
+                slot[3] = slot[5] = True
             if parent is not None:
                 slot[2].append([definition, score, False])
         details = []
         for key, slot in chosen.items():
-            details.append((slot[1], key[0], slot, None))
+            if slot[5]:
+                details.append((slot[1], key[0], slot, None))
             for member in slot[2]:
                 details.append((member[1], key[0], slot, member))
         details.sort(key=lambda d: -d[0])
@@ -431,18 +436,22 @@ class CrossFileSources:
         for (file, _line), slot in chosen.items():
             by_file.setdefault(file, []).append(slot)
         for file in by_file:  # files in the order their best snippet was chosen
-            for top, score, members, whole, detail in sorted(by_file[file], key=lambda s: s[0].start_line):
+            for top, score, members, whole, detail, headed in sorted(by_file[file], key=lambda s: s[0].start_line):
                 language = index.files[file].language
-                # As budgeted: a type that came in for its members, or without room for its fields,
-                # shows its header alone.
-                text = _render(top, language, header_only=not (whole and detail) or bool(members),
-                               with_doc=detail)
-                if members:
-                    first_line = _first_line(False, language)
-                    text += "\n" + "\n".join(_render(m, language, header_only=not with_doc and first_line, with_doc=with_doc)
-                                              for m, _member_score, with_doc in sorted(members, key=lambda m: m[0].start_line))
-                picked.append(self._snippet(file, top.start_line, top.end_line, "definition", round(score, 3), text))
-                shown.setdefault(file, []).append((top.start_line, top.end_line))
+                members = sorted(members, key=lambda m: m[0].start_line)
+                first_line = _first_line(False, language)
+                lines = [_render(m, language, header_only=not with_doc and first_line, with_doc=with_doc)
+                         for m, _member_score, with_doc in members]
+                if headed:
+                    # As budgeted: a type that came in for its members, or without room for its fields,
+                    # shows its header alone.
+                    lines.insert(0, _render(top, language, header_only=not (whole and detail) or bool(members),
+                                            with_doc=detail))
+                    start, end = top.start_line, top.end_line
+                else:  # methods alone: their receivers name the type
+                    start, end = members[0][0].start_line, max(m[0].end_line for m in members)
+                picked.append(self._snippet(file, start, end, "definition", round(score, 3), "\n".join(lines)))
+                shown.setdefault(file, []).append((start, end))
         return spent
 
     def _linked(self, path: str) -> list[tuple[Link, float]]:
@@ -613,6 +622,12 @@ def _first_line(top: bool, language: str) -> bool:
     a top-level one always; a member too, except in Python, whose members' further signature lines
     (parameters wrapped) measured better shown than traded for more definitions."""
     return top or language != "python"
+
+
+def _receiver_names_type(language: str) -> bool:
+    """Whether a method's own signature names its type (Go's receiver, `func (c *Client) Do(...)`):
+    then a method is shown without its type's header, which would say nothing more."""
+    return language == "go"
 
 
 def _render(definition: Definition, language: str, header_only: bool = False, with_doc: bool = True) -> str:

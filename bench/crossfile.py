@@ -300,14 +300,15 @@ def measure(index: WorkspaceIndex, holes, budget: int, context_tokens: int, tall
         tally.gather_ms.append((time.process_time() - started) * 1000)
         index.update(path, text)
         wanted = definition_lines(index, name, path)
-        shown = {}
+        shown, headings = {}, {}
         for snippet in snippets:
             shown.setdefault(snippet.path, []).append(snippet.text)
+            headings[snippet.path] = snippet.shown_path or snippet.path
         in_file = context.preamble + context.prefix + context.suffix
         tally.holes += 1
         tally.recalled += any(sig in "\n".join(shown.get(rel, ())) for rel, sig in wanted)
         tally.recalled_off += any(sig in in_file for _rel, sig in wanted)
-        tally.tokens.append(sum(s.tokens for s in snippets) + sum(heading_tokens(path) for path in shown))
+        tally.tokens.append(sum(s.tokens for s in snippets) + sum(heading_tokens(h) for h in headings.values()))
         if tokenizer is not None and snippets:
             rendered = cross_file_comments(snippets, doc.language)
             tally.model_tokens.append(len(tokenizer.encode(rendered, add_special_tokens=False).ids))

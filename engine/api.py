@@ -86,6 +86,9 @@ class CrossFileSnippet(msgspec.Struct, frozen=True, kw_only=True):
     """Estimated tokens of `text`."""
     text: str
     """What the prompt shows (definitions: bodies elided)."""
+    shown_path: str = ""
+    """How the prompt's heading names the file ("": `path`): relative to the folder of the file
+    being completed when it is inside that folder (engine/crossfile/gather.py `shown_path`)."""
 
 
 class InfillContext(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 import msgspec
 
 from ..api import CrossFileSnippet
-from .gather import heading_tokens, snippet_tokens
+from .gather import heading_tokens, shown_path, snippet_tokens
 
 LINES_BEFORE = 15
 LINES_AFTER = 5
@@ -194,7 +194,7 @@ def choose(found: Sequence[tuple[str, tuple[EditorDefinition, ...]]], chosen: tu
     left = budget
     for snippet in chosen:
         if snippet.path not in shown:
-            left -= heading_tokens(snippet.path)
+            left -= heading_tokens(snippet.shown_path or snippet.path)
         shown.setdefault(snippet.path, []).append((snippet.start_line, snippet.end_line))
         left -= snippet.tokens
     current = os.path.abspath(current_path) if current_path else ""
@@ -207,12 +207,13 @@ def choose(found: Sequence[tuple[str, tuple[EditorDefinition, ...]]], chosen: tu
                     definition.start_line < end and start < definition.end_line for start, end in shown.get(path, ())):
                 continue
             tokens = _tokens(definition.text)
-            cost = tokens + (0 if path in shown else heading_tokens(path))
+            heading = shown_path(path, current_shown)
+            cost = tokens + (0 if path in shown else heading_tokens(heading))
             if cost > left:
                 continue
             left -= cost
             shown.setdefault(path, []).append((definition.start_line, definition.end_line))
             picked.append(CrossFileSnippet(path=path, start_line=definition.start_line, end_line=definition.end_line,
                                            source="editor", score=round(1.0 / (1 + rank), 3), tokens=tokens,
-                                           text=definition.text))
+                                           text=definition.text, shown_path=heading))
     return tuple(picked)

@@ -209,6 +209,7 @@ class CrossFileSources:
         reserve_recent = int(budget * RECENT_SHARE) if recent_here else 0
         picked: list[CrossFileSnippet] = []
         shown: dict[str, list[tuple[int, int]]] = {}
+        here = self.index.relative(path) if self.index is not None else path
         spent = self._definitions(path, before, after, budget - reserve_open - reserve_recent, picked, shown,
                                   cursor_line)
         left = budget - spent
@@ -216,12 +217,12 @@ class CrossFileSources:
         for file, start, end, score in similar[:4]:
             lines = file.text.split("\n")[start:end]
             text = "\n".join(lines).strip("\n")
-            cost = self._cost(text, file.path, shown)
+            cost = self._cost(text, file.path, shown, here)
             if not text or _overlaps(shown, file.path, start, end) or spent_open + cost > min(left, max(
                     reserve_open, left - reserve_recent)):
                 continue
             spent_open += cost
-            picked.append(self._snippet(file.path, start, end, "open-document", score, text))
+            picked.append(self._snippet(file.path, start, end, "open-document", score, text, here))
             shown.setdefault(file.path, []).append((start, end))
         left -= spent_open
         for rank, (other, line, _kind) in enumerate(recent_here):
@@ -229,11 +230,11 @@ class CrossFileSources:
             lines = text_of.split("\n")
             start, end = max(0, line - RECENT_CONTEXT_LINES), min(len(lines), line + RECENT_CONTEXT_LINES + 1)
             text = "\n".join(lines[start:end]).strip("\n")
-            cost = self._cost(text, other, shown)
+            cost = self._cost(text, other, shown, here)
             if not text.strip() or _overlaps(shown, other, start, end) or cost > left:
                 continue
             left -= cost
-            picked.append(self._snippet(other, start, end, "recent", 1.0 / (1 + rank), text))
+            picked.append(self._snippet(other, start, end, "recent", 1.0 / (1 + rank), text, here))
             shown.setdefault(other, []).append((start, end))
         return tuple(picked)
 
@@ -250,6 +251,7 @@ class CrossFileSources:
             return 0
         language = index.files[path].language
         directory = os.path.dirname(path)
+        here = index.relative(path)
         links = self._linked(path)
         if not links:
             return 0
@@ -396,7 +398,7 @@ class CrossFileSources:
                 if parent is not None and headed:
                     cost += self._cost_of(parent, language, True, False)
                 if file not in shown and not any(k[0] == file for k in chosen):
-                    cost += self._heading(file)
+                    cost += self._heading(file, here)
             if spent + cost > budget:
                 misses += 1
                 if misses > MAX_MISSES or budget - spent < 8:
@@ -450,7 +452,7 @@ class CrossFileSources:
                     start, end = top.start_line, top.end_line
                 else:  # methods alone: their receivers name the type
                     start, end = members[0][0].start_line, max(m[0].end_line for m in members)
-                picked.append(self._snippet(file, start, end, "definition", round(score, 3), "\n".join(lines)))
+                picked.append(self._snippet(file, start, end, "definition", round(score, 3), "\n".join(lines), here))
                 shown.setdefault(file, []).append((start, end))
         return spent
 
@@ -601,16 +603,18 @@ class CrossFileSources:
         self._links[path] = (index.generation_without(path), outline, links)
         return links
 
-    def _snippet(self, path: str, start: int, end: int, source: str, score: float, text: str) -> CrossFileSnippet:
-        shown_path = self.index.relative(path) if self.index is not None else path
-        return CrossFileSnippet(path=shown_path, start_line=start, end_line=end, source=source,
-                                score=float(score), tokens=snippet_tokens(text), text=text)
+    def _snippet(self, path: str, start: int, end: int, source: str, score: float, text: str,
+                 here: str) -> CrossFileSnippet:
+        shown = self.index.relative(path) if self.index is not None else path
+        return CrossFileSnippet(path=shown, start_line=start, end_line=end, source=source, score=float(score),
+                                tokens=snippet_tokens(text), text=text, shown_path=shown_path(shown, here))
 
-    def _cost(self, text: str, path: str, shown: dict) -> int:
-        return snippet_tokens(text) + (0 if path in shown else self._heading(path))
+    def _cost(self, text: str, path: str, shown: dict, here: str) -> int:
+        return snippet_tokens(text) + (0 if path in shown else self._heading(path, here))
 
-    def _heading(self, path: str) -> int:
-        return heading_tokens(self.index.relative(path) if self.index is not None else path)
+    def _heading(self, path: str, here: str) -> int:
+        """Tokens of the heading of the file at `path` in a prompt of the file `here` (workspace path)."""
+        return heading_tokens(shown_path(self.index.relative(path) if self.index is not None else path, here))
 
 
 WINDOW_QUERY_LINES = 20
@@ -729,6 +733,15 @@ def _twin_key(definition: Definition) -> tuple[str, str | None]:
     name = definition.name
     own_type = name in _CONSTRUCTORS or (name.startswith("__") and name.endswith("__"))
     return name, definition.parent if own_type else None
+
+
+def shown_path(path: str, here: str) -> str:
+    """How a prompt of the file at workspace path `here` names the file at workspace path `path`:
+    relative to `here`'s folder when inside it (`client.go`, `parse/node.go`), else `path` itself.
+    The folder is the same for all of a package's files (in Go always): said once per file it took
+    a fifth of Go's cross-file budget."""
+    folder = here.rpartition("/")[0]
+    return path[len(folder) + 1:] if folder and path.startswith(folder + "/") else path
 
 
 def heading_tokens(shown_path: str) -> int:

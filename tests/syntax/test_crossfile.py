@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dgemma_lsp.engine.api import GenerationSettings
 from dgemma_lsp.engine.crossfile.files import Bounds, walk
-from dgemma_lsp.engine.crossfile.gather import CrossFileSources
+from dgemma_lsp.engine.crossfile.gather import CrossFileSources, shown_path
 from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
 from dgemma_lsp.engine.crossfile.neighbours import OpenFile, RecentRanges
 from dgemma_lsp.engine.crossfile.resolve import resolve_imports
@@ -118,7 +118,7 @@ def _prepare(index, path: Path, text: str, offset: int, sources: CrossFileSource
                           cross_file=lambda context: sources.snippets(str(path), language, context, budget))
 
 
-def _blank_line_snippets(tmp_path: Path, files: dict[str, str], budget: int = 30):
+def _blank_line_snippets(tmp_path: Path, files: dict[str, str], budget: int = 25):
     """Index `files` (a package `pkg/` with `pkg/user.py`), then the snippets for the cursor on the
     blank line of user.py: (the index, its sources, the cursor's offset, the snippets)."""
     write(tmp_path, files)
@@ -144,7 +144,9 @@ def test_the_definition_the_cursor_uses_reaches_the_prompt_without_its_body(tmp_
     assert "sum(line.amount" not in snippet.text  # signatures and docstrings, not bodies
     layout = PromptLayout("<start>", "<end>")
     stable = layout.text(prepared.context).stable
-    assert stable.index("From app/models.py:") < stable.index("def summary")
+    # Named in the prompt from the completed file's folder; listed from the workspace root.
+    assert snippet.shown_path == "models.py" and "From app/models.py:" not in stable
+    assert stable.index("From models.py:") < stable.index("def summary")
     off = _prepare(index, path, REPORT, offset, CrossFileSources(index), budget=0)
     assert off.context.cross_file == () and "models.py" not in layout.text(off.context).all
 
@@ -303,7 +305,7 @@ def test_names_that_files_like_this_one_use_score_up(tmp_path):
     index.build()
     offset = user.rindex("    \n") + 4
     shown = _names_in(_prepare(index, tmp_path / "pkg" / "main.py", user, offset, CrossFileSources(index),
-                               budget=30))
+                               budget=25))
     assert "def fetch_rows(x):" in shown and "spread_row" not in shown
 
 
@@ -345,7 +347,7 @@ def test_the_name_that_code_like_the_cursors_uses_elsewhere_scores_up(tmp_path):
     # The sibling changes (the invoice's code now calls step_2): its windows are read again.
     write(tmp_path, {"pkg/peer.py": peer.replace("step_4(subtotal)", "step_2(subtotal)")})
     index.update(str(tmp_path / "pkg" / "peer.py"))
-    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=30).context.cross_file
+    (snippet,) = _prepare(index, tmp_path / "pkg" / "user.py", user, offset, sources, budget=25).context.cross_file
     assert snippet.text == "def step_2(value): ..."
 
 
@@ -413,3 +415,34 @@ def test_a_name_that_comes_with_the_names_near_the_cursor_elsewhere_scores_over_
                                            lambda name: 1.0 if len(name) > 2 else 0.0, "",
                                            frozenset({"seal_envelope", "log_event", "stamp_letter"}))
     assert scores["seal_envelope"] > scores["log_event"] > scores.get("stamp_letter", 0.0)
+
+
+def test_a_file_is_named_from_the_completed_files_folder_when_inside_it():
+    assert shown_path("app/models.py", "app/report.py") == "models.py"
+    assert shown_path("app/db/conn.py", "app/report.py") == "db/conn.py"
+    assert shown_path("lib/util.py", "app/report.py") == "lib/util.py"
+    assert shown_path("application/x.py", "app/report.py") == "application/x.py"  # a folder, not a prefix
+    assert shown_path("util.py", "report.py") == "util.py"
+
+
+def test_a_go_method_comes_without_its_types_header(tmp_path):
+    # Go names a method's type in its receiver (`func (c *Cache) Get`): the type's `type Cache
+    # struct {` line over it would say nothing more, and its tokens go to the next definition.
+    cache = ('package web\n\ntype Cache struct {\n\tsize int\n}\n\n'
+             'func (c *Cache) Get(key string) string { return key }\n\nfunc (c *Cache) Put(key, value string) {}\n')
+    web = 'package web\n\nfunc Serve(c *Cache) {\n\tc.Put("a", "b")\n\t\n}\n'
+    write(tmp_path, {"go.mod": "module example.com/m\n", "web/cache.go": cache, "web/web.go": web})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    offset = web.index("\t\n") + 1
+    prepared = _prepare(index, tmp_path / "web" / "web.go", web, offset, CrossFileSources(index), budget=24,
+                        language="go")
+    (snippet,) = prepared.context.cross_file
+    assert (snippet.path, snippet.shown_path, snippet.text) == ("web/cache.go", "cache.go",
+                                                                "func (c *Cache) Get(key string) string")
+    assert (snippet.start_line, snippet.end_line) == (6, 7)  # the method's lines, not the type's
+    # With room for the type too, it heads its methods, once.
+    roomy = _prepare(index, tmp_path / "web" / "web.go", web, offset, CrossFileSources(index), budget=60,
+                     language="go").context.cross_file
+    assert [s.text for s in roomy] == ["type Cache struct {\nfunc (c *Cache) Get(key string) string\n"
+                                       "func (c *Cache) Put(key, value string)"]

@@ -450,10 +450,12 @@ class CrossFileSources:
                     lines.insert(0, _render(top, language, header_only=not (whole and detail) or bool(members),
                                             with_doc=detail))
                     start, end = top.start_line, top.end_line
+                    spans = [(start, end)]
                 else:  # methods alone: their receivers name the type
-                    start, end = members[0][0].start_line, max(m[0].end_line for m in members)
+                    spans = [(m[0].start_line, m[0].end_line) for m in members]
+                    start, end = spans[0][0], max(span[1] for span in spans)
                 picked.append(self._snippet(file, start, end, "definition", round(score, 3), "\n".join(lines), here))
-                shown.setdefault(file, []).append((start, end))
+                shown.setdefault(file, []).extend(spans)  # the lines shown, not those between methods
         return spent
 
     def _linked(self, path: str) -> list[tuple[Link, float]]:

@@ -309,15 +309,20 @@ def test_names_that_files_like_this_one_use_score_up(tmp_path):
     assert "def fetch_rows(x):" in shown and "spread_row" not in shown
 
 
+def _go_module(tmp_path: Path, files: dict[str, str]) -> tuple[WorkspaceIndex, int]:
+    """Index a Go module of `files` (with `web/web.go`); (the index, the offset of web.go's blank line)."""
+    write(tmp_path, {"go.mod": "module example.com/m\n", **files})
+    index = WorkspaceIndex(str(tmp_path))
+    index.build()
+    return index, files["web/web.go"].index("\t\n") + 1
+
+
 def test_another_go_package_shows_only_what_it_exports(tmp_path):
     util = ('package util\n\nfunc Helper(s string) string { return s }\n\n'
             'func helperInternal(s string) string { return s }\n\ntype Cache struct {\n\tsize int\n}\n\n'
             'func (c *Cache) Get(key string) string { return key }\n\nfunc (c *Cache) evict() {}\n')
     web = 'package web\n\nimport "example.com/m/util"\n\nfunc Serve(c *util.Cache) {\n\tutil.Helper("x")\n\t\n}\n'
-    write(tmp_path, {"go.mod": "module example.com/m\n", "util/util.go": util, "web/web.go": web})
-    index = WorkspaceIndex(str(tmp_path))
-    index.build()
-    offset = web.index("\t\n") + 1
+    index, offset = _go_module(tmp_path, {"util/util.go": util, "web/web.go": web})
     shown = _names_in(_prepare(index, tmp_path / "web" / "web.go", web, offset, CrossFileSources(index),
                                budget=512, language="go"))
     assert "func (c *Cache) Get(key string) string" in shown
@@ -431,10 +436,7 @@ def test_a_go_method_comes_without_its_types_header(tmp_path):
     cache = ('package web\n\ntype Cache struct {\n\tsize int\n}\n\n'
              'func (c *Cache) Get(key string) string { return key }\n\nfunc (c *Cache) Put(key, value string) {}\n')
     web = 'package web\n\nfunc Serve(c *Cache) {\n\tc.Put("a", "b")\n\t\n}\n'
-    write(tmp_path, {"go.mod": "module example.com/m\n", "web/cache.go": cache, "web/web.go": web})
-    index = WorkspaceIndex(str(tmp_path))
-    index.build()
-    offset = web.index("\t\n") + 1
+    index, offset = _go_module(tmp_path, {"web/cache.go": cache, "web/web.go": web})
     prepared = _prepare(index, tmp_path / "web" / "web.go", web, offset, CrossFileSources(index), budget=24,
                         language="go")
     (snippet,) = prepared.context.cross_file

@@ -303,7 +303,7 @@ def measure(index: WorkspaceIndex, holes, budget: int, context_tokens: int, tall
         shown, headings = {}, {}
         for snippet in snippets:
             shown.setdefault(snippet.path, []).append(snippet.text)
-            headings[snippet.path] = snippet.shown_path or snippet.path
+            headings[snippet.path] = snippet.heading
         in_file = context.preamble + context.prefix + context.suffix
         tally.holes += 1
         tally.recalled += any(sig in "\n".join(shown.get(rel, ())) for rel, sig in wanted)

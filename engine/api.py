@@ -90,6 +90,11 @@ class CrossFileSnippet(msgspec.Struct, frozen=True, kw_only=True):
     """How the prompt's heading names the file ("": `path`): relative to the folder of the file
     being completed when it is inside that folder (engine/crossfile/gather.py `shown_path`)."""
 
+    @property
+    def heading(self) -> str:
+        """The file's name in the prompt's heading."""
+        return self.shown_path or self.path
+
 
 class InfillContext(msgspec.Struct, frozen=True, kw_only=True):
     """The text the prompt is built from: a window around the cursor under a token budget."""

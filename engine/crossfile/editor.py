@@ -194,7 +194,7 @@ def choose(found: Sequence[tuple[str, tuple[EditorDefinition, ...]]], chosen: tu
     left = budget
     for snippet in chosen:
         if snippet.path not in shown:
-            left -= heading_tokens(snippet.shown_path or snippet.path)
+            left -= heading_tokens(snippet.heading)
         shown.setdefault(snippet.path, []).append((snippet.start_line, snippet.end_line))
         left -= snippet.tokens
     current = os.path.abspath(current_path) if current_path else ""

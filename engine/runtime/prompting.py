@@ -182,7 +182,7 @@ def _by_path(snippets: tuple[CrossFileSnippet, ...]) -> list[tuple[str, list[str
     """Snippets grouped by file, files in order of their first snippet."""
     groups: dict[str, list[str]] = {}
     for snippet in snippets:
-        groups.setdefault(snippet.shown_path or snippet.path, []).append(snippet.text)
+        groups.setdefault(snippet.heading, []).append(snippet.text)
     return list(groups.items())
 
 

@@ -98,7 +98,11 @@ def softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     """The LM head with the model's final logit softcap, as its forward applies it."""
     logits = model.lm_head(hidden).float()
     cap = model.final_logit_softcapping
-    return torch.tanh(logits / cap) * cap if cap else logits
+    if not cap:
+        return logits
+    if not torch.is_grad_enabled():  # no graph to keep: in place, three passes over the logits and no copies
+        return logits.div_(cap).tanh_().mul_(cap)
+    return torch.tanh(logits / cap) * cap
 
 
 def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_conditioning: float = 0.5,
@@ -161,11 +165,11 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
     weights = torch.where(answer, 1.0, pad_weight)  # [B, C]
     diffusion = (per_position * weights).sum() / weights.sum()
 
-    # Encoder: next-token loss on the prompt's real tokens.
-    encoder_logits = softcapped_logits(model, encoder.last_hidden_state[:, :-1])  # [B, P-1, V]
-    targets = batch.prompt_ids[:, 1:].masked_fill(batch.prompt_mask[:, 1:] == 0, -100)
-    targets = targets.masked_fill(batch.prompt_mask[:, :-1] == 0, -100)
-    encoder_loss = F.cross_entropy(encoder_logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=-100)
+    # Encoder: next-token loss on the prompt's real tokens. The LM head runs on those positions alone:
+    # left padding is ~30% of a batch's prompt positions, and the head over the vocabulary is most of a step.
+    predicts = (batch.prompt_mask[:, 1:] == 1) & (batch.prompt_mask[:, :-1] == 1)  # [B, P-1]
+    encoder_logits = softcapped_logits(model, encoder.last_hidden_state[:, :-1][predicts])  # [N, V]
+    encoder_loss = F.cross_entropy(encoder_logits, batch.prompt_ids[:, 1:][predicts])
 
     total = diffusion + encoder_loss_weight * encoder_loss
     if answer_encoder is not None:

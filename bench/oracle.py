@@ -391,7 +391,7 @@ def run_hole(language: str, text: str, hole: Hole, foreign_decl: str | None,
     exact = language in INDENT_SYNTAX
     out = {}
     for variant, raw in answers(language, hole, text, foreign_decl).items():
-        result = _result(raw)
+        result = as_model_output(raw)
         candidates = finish_candidates(prepared, doc, result, checker)
         if not candidates:
             out[variant] = (False, "", 0)
@@ -401,7 +401,8 @@ def run_hole(language: str, text: str, hole: Hole, foreign_decl: str | None,
     return out
 
 
-def _result(raw: str) -> DenoiseResult:
+def as_model_output(raw: str) -> DenoiseResult:
+    """`raw` as if the model had written it: one candidate, nothing else measured."""
     return DenoiseResult(candidates=[RawCandidate(text=raw, confidence=1.0, tokens=0)], steps=0,
                          tokens_per_forward=0.0, drafts=0, canvases=1, prompt_tokens=0,
                          cached_prompt_tokens=0, timings_ms=Timings())

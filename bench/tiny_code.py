@@ -10,7 +10,15 @@ next to the random model and the empty middle.
   for this bench, never in any corpus): share of holes where one of three candidates is an
   answer a person would accept;
 - share of candidates that parse in place (the engine's own syntax check, over every
-  candidate asked for: an empty or dropped one does not parse).
+  candidate asked for: an empty or dropped one does not parse);
+- line completion on held-out code (`line_completion`): CodeXGLUE's line-level metrics, exact
+  match (`pred.split() == gt.split()`) and edit similarity (the Levenshtein ratio, 0-100, that
+  CodeXGLUE's evaluator takes from fuzzywuzzy; rapidfuzz's `fuzz.ratio` is the same measure), on
+  the top candidate for holes cut from files of the sources the recipe holds out: the cursor at a
+  token boundary of a code line, the rest of the line removed (training's "line" kind). Unlike
+  CodeXGLUE, the model sees the code after the line too: it is an infill model. `truth=True` hands
+  the true rest of the line to the same pipeline in the model's place: what it loses there, it
+  loses for every model.
 `--model tiny` (or any model name/path) scores that model instead of a run's snapshot.
 The snapshot is exported to RUN_DIR/eval-model/ (a loadable model folder) first. Knows the
 engine's public path and the training run's layout; knows nothing of LSP.
@@ -69,6 +77,80 @@ def simple_holes(model: str, *, candidates: int = 3, seed: int = 0, steps=None) 
             "parseShare": round(parsed / (candidates * len(SIMPLE_HOLES)), 4), "written": written}
 
 
+LINE_SEED = 20261126
+"""The line holes' seed: the same holes for every model and snapshot."""
+HELD_OUT = ("rich", "click", "attrs", "pluggy", "h11")
+"""tiny-code-cpu.json's held-out sources: what a run that names none is scored on."""
+
+
+def exact_match(predicted: str, truth: str) -> bool:
+    """CodeXGLUE line level: the same whitespace-separated tokens."""
+    return predicted.split() == truth.split()
+
+
+def edit_similarity(predicted: str, truth: str) -> float:
+    """CodeXGLUE line level: the Levenshtein ratio of the stripped texts, 0-100."""
+    from rapidfuzz import fuzz
+
+    return fuzz.ratio(predicted.strip(), truth.strip())
+
+
+def line_holes(count: int, held_out: tuple[str, ...] = HELD_OUT) -> list[tuple[str, int, int]]:
+    """`count` (text, start, end) line holes from the held-out sources' Python files, fixed by LINE_SEED."""
+    import random
+
+    from dgemma_lsp.engine.syntax.document import SyntaxDocument
+    from dgemma_lsp.engine.training.corpus import collect
+    from dgemma_lsp.engine.training.examples import choose_hole
+
+    files, _ = collect(8_000_000, LINE_SEED, languages=("python",), only=held_out)
+    assert files, f"no files of the held-out sources {held_out} on this machine"
+    holes, index = [], 0
+    while len(holes) < count and index < 50 * count:
+        rng = random.Random(LINE_SEED * 1_000_003 + index)
+        index += 1
+        text = files[rng.randrange(len(files))].text
+        hole = choose_hole(SyntaxDocument(text, "python"), "line", rng)
+        if hole is not None and text[hole.start:hole.end].strip():
+            holes.append((text, hole.start, hole.end))
+    return holes
+
+
+def line_completion(model: str | None, count: int = 100, *, held_out: tuple[str, ...] = HELD_OUT, seed: int = 0,
+                    truth: bool = False) -> dict:
+    """Exact match and edit similarity of the top candidate on `count` held-out line holes.
+
+    `truth`: no model; the true rest of the line goes through the pipeline in the model's place."""
+    from dgemma_lsp.engine.api import GenerationSettings
+    from dgemma_lsp.engine.syntax.document import SyntaxDocument
+    from dgemma_lsp.engine.syntax.infill import finish_candidates, prepare_infill
+
+    from .oracle import as_model_output
+
+    service = None
+    if not truth:
+        from dgemma_lsp.engine.runtime.service import InfillService
+
+        service = InfillService(model)
+        service.load()
+    settings = GenerationSettings(candidates=1, seed=seed, max_tokens=32)
+    matched, similarity, parsed, written = 0, 0.0, 0, []
+    holes = line_holes(count, held_out)
+    for text, start, end in holes:
+        doc = SyntaxDocument(text[:start] + text[end:], "python")
+        prepared = prepare_infill(doc, start, settings)
+        result = as_model_output(text[start:end]) if truth else service.denoise(prepared.request)
+        found = finish_candidates(prepared, doc, result)
+        top = found[0].text if found else ""
+        matched += exact_match(top, text[start:end])
+        similarity += edit_similarity(top, text[start:end])
+        parsed += bool(found) and found[0].syntax_ok is True
+        written.append(top)
+    return {"holes": len(holes), "exactMatch": round(matched / len(holes), 4),
+            "editSimilarity": round(similarity / len(holes), 2), "parseShare": round(parsed / len(holes), 4),
+            "written": written[:12]}
+
+
 def humaneval_single_line(model: str, sample: int, seed: int = 0) -> dict:
     from .humaneval import EngineInfiller, default_data_dir, evaluate, load_problems
 
@@ -103,9 +185,11 @@ def main(argv=None) -> int:
     parser.add_argument("--sample", type=int, default=150, help="HumanEval single-line problems, spread over all")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=None, help="denoising steps for the simple holes")
+    parser.add_argument("--lines", type=int, default=100, help="held-out line holes (0: none)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     started = time.process_time()
+    held_out = HELD_OUT
     if args.model:
         model, record = args.model, {"model": args.model}
     else:
@@ -114,8 +198,10 @@ def main(argv=None) -> int:
                                  else "checkpoint.pt") if args.snapshot else snapshots[-1]
         folder, record = export_snapshot(args.run_dir, chosen)
         model = str(folder)
+        held_out = tuple(record["recipe"]["data"].get("heldOutSources") or HELD_OUT)
     line = {**{k: v for k, v in record.items() if k != "recipe"},
             "simple": simple_holes(model, steps=args.steps),
+            "lineCompletion": line_completion(model, args.lines, held_out=held_out) if args.lines else None,
             "humanevalSingleLine": humaneval_single_line(model, args.sample) if args.sample else None,
             "measureCpuSeconds": round(time.process_time() - started, 1),
             "wallClock": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -9,7 +9,8 @@ Kinds (HolePlan.kind) and their stop rules:
   (not a closer) follows the cursor on its line, the kind is also expression, with stop
   `before-rest-of-line` and no closer: the infill fills the gap in the line.
 - line (`end-of-line`): text before the cursor, only whitespace after it, and the line is
-  not a block opener; the infill finishes the line (more lines only for open brackets).
+  not a block opener (or the cursor is in its trailing comment); the infill finishes the line
+  (more lines only for open brackets).
 - statement (`before-next-statement`): a blank line among existing statements; one or more
   statements at the cursor's indentation, stopping before the suffix's next statement.
 - text (`max-lines`): plaintext or no grammar.
@@ -106,7 +107,7 @@ def _plan_end_of_line(doc, offset, line_start, line_end, before, lines) -> HoleP
     """Code before the cursor, nothing after: finish the line, or open the body of a block opener."""
     indent = _leading_ws(before)
     row = lines.row
-    if _opens_block(doc, lines, row, brackets=False):
+    if not _in_comment(doc, offset) and _opens_block(doc, lines, row, brackets=False):
         next_row = lines.next_code_row(row)
         if next_row is not None and len(lines.indent_of(next_row)) > len(indent):
             body_indent = lines.indent_of(next_row)
@@ -288,6 +289,15 @@ def _last_code_leaf(doc: SyntaxDocument, lines_start: int) -> tree_sitter.Node |
             continue
         return leaf
     return None
+
+
+def _in_comment(doc: SyntaxDocument, offset: int) -> bool:
+    """Whether the text just before `offset` is a comment's: the user is writing the comment."""
+    if offset == 0:
+        return False
+    byte = doc.byte_offset(offset)
+    node = doc.tree.root_node.descendant_for_byte_range(byte - 1, byte)
+    return node is not None and "comment" in node.type and node.start_byte < byte
 
 
 def _opens_block(doc: SyntaxDocument, lines: _Lines, row: int, *, brackets: bool) -> bool:

@@ -94,6 +94,45 @@ def answer_positions(canvas: torch.Tensor, pad_id: int, end_id: int | None) -> t
     return (is_end.cumsum(-1) - is_end) == 0  # no end-of-turn strictly before this position
 
 
+def softcapped_losses(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, cap: float,
+                      bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-position cross-entropy of the softcapped LM head, and whether its argmax is the target.
+
+    `bf16`: the head's matmul in bf16 (fp32 accumulation; this CPU's AVX-512 BF16 runs it at twice
+    fp32's rate); the softcap and the loss stay in fp32."""
+    if bf16:
+        logits = F.linear(hidden.to(torch.bfloat16), weight.to(torch.bfloat16)).float()
+    else:
+        logits = F.linear(hidden, weight).float()
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return F.cross_entropy(logits, targets, reduction="none"), logits.argmax(-1) == targets
+
+
+class LMHead:
+    """The LM head's losses for training: eager fp32 (the reference), or compiled with bf16 matmuls.
+
+    The head over the vocabulary is most of a step of a 128-wide model: in eager mode its matmul, then
+    the softcap's divide, tanh and multiply, the log-softmax and their backward each pass over a
+    [positions, vocabulary] tensor (issue 28's profile: about half a step). `compiled=True` hands
+    `softcapped_losses` to torch.compile (inductor fuses the passes after the matmul into one loop
+    each way) with the matmul in bf16: the head and its loss take 2.4x less CPU on this machine, a
+    step ~22% less. It needs a C compiler at the first step (inductor's C++ backend), hence a
+    recipe's choice (`train.compiledHead`)."""
+
+    def __init__(self, model, compiled: bool = False) -> None:
+        self.model = model
+        self.cap = float(model.final_logit_softcapping or 0.0)
+        self.bf16 = compiled
+        self._losses = torch.compile(softcapped_losses, dynamic=True) if compiled else softcapped_losses
+
+    def losses(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(per-position loss, hits) over the last dimension of `hidden` [..., H] and `targets` [...]."""
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        losses, hits = self._losses(flat, self.model.lm_head.weight, targets.reshape(-1), self.cap, self.bf16)
+        return losses.view(targets.shape), hits.view(targets.shape)
+
+
 def softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
     """The LM head with the model's final logit softcap, as its forward applies it."""
     logits = model.lm_head(hidden).float()
@@ -107,7 +146,8 @@ def softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
 
 def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_conditioning: float = 0.5,
                    encoder_loss_weight: float = 1.0, eps: float = 1e-3, draws: int = 1,
-                   pad_weight: float = 1.0, noise_floor: float = 0.0, answer_encoder_weight: float = 0.0) -> LossParts:
+                   pad_weight: float = 1.0, noise_floor: float = 0.0, answer_encoder_weight: float = 0.0,
+                   head: LMHead | None = None) -> LossParts:
     """The loss of one batch; call `.total.backward()` on the result.
 
     `noise_floor`: the lowest corruption level drawn (levels are uniform in [max(eps, floor), 1]).
@@ -115,6 +155,7 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
     the canvases a model reads while writing are mostly noise; below the floor the decoder mostly
     learns to copy the clean tokens it is shown."""
     assert draws >= 1, "draws counts corruption draws per encoded prompt"
+    head = head or LMHead(model)
     device = batch.prompt_ids.device
     vocab = model.config.text_config.vocab_size
 
@@ -128,7 +169,7 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
         input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask, position_ids=positions,
         **with_cache(cache), use_cache=True,
     )
-    answer_encoder = answer_encoder_loss(model, batch, cache, encoder) if answer_encoder_weight > 0 else None
+    answer_encoder = answer_encoder_loss(model, batch, cache, encoder, head) if answer_encoder_weight > 0 else None
     # K draws: the decoder only reads the cache, so one encoder pass serves draws × rows canvases
     # (row r's draws are rows r*draws .. r*draws+draws-1).
     prompt_mask, clean, answer = batch.prompt_mask, batch.canvas_ids, batch.answer_mask
@@ -160,21 +201,18 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
         decoder_input_ids=canvas, self_conditioning_logits=previous,
         self_conditioning_mask=conditioned if previous is not None else None, **decoder_kwargs,
     )
-    logits = softcapped_logits(model, decoded.last_hidden_state)  # [B, C, V]
-    per_position = F.cross_entropy(logits.reshape(-1, vocab), clean.reshape(-1), reduction="none").view(rows, -1)
+    per_position, hits = head.losses(decoded.last_hidden_state, clean)  # [B, C] each
     weights = torch.where(answer, 1.0, pad_weight)  # [B, C]
     diffusion = (per_position * weights).sum() / weights.sum()
 
     # Encoder: next-token loss on the prompt's real tokens. The LM head runs on those positions alone:
     # left padding is ~30% of a batch's prompt positions, and the head over the vocabulary is most of a step.
     predicts = (batch.prompt_mask[:, 1:] == 1) & (batch.prompt_mask[:, :-1] == 1)  # [B, P-1]
-    encoder_logits = softcapped_logits(model, encoder.last_hidden_state[:, :-1][predicts])  # [N, V]
-    encoder_loss = F.cross_entropy(encoder_logits, batch.prompt_ids[:, 1:][predicts])
+    encoder_loss = head.losses(encoder.last_hidden_state[:, :-1][predicts], batch.prompt_ids[:, 1:][predicts])[0].mean()
 
     total = diffusion + encoder_loss_weight * encoder_loss
     if answer_encoder is not None:
         total = total + answer_encoder_weight * answer_encoder
-    hits = logits.argmax(-1) == clean  # [B, C]
     answer_count = int(answer.sum())
     return LossParts(
         total=total, diffusion=diffusion.item(), encoder=encoder_loss.item(), canvas_accuracy=hits.float().mean().item(),
@@ -184,7 +222,7 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
     )
 
 
-def answer_encoder_loss(model, batch: Batch, cache, encoded) -> torch.Tensor:
+def answer_encoder_loss(model, batch: Batch, cache, encoded, head: LMHead | None = None) -> torch.Tensor:
     """The encoder's causal next-token loss over the answer and its first end-of-turn.
 
     Runs on a copy of the prompt's cache (the decoder must read the prompt alone): the last
@@ -205,6 +243,5 @@ def answer_encoder_loss(model, batch: Batch, cache, encoded) -> torch.Tensor:
     )
     # Inputs: the last prompt position, then the answer's tokens; targets: the answer's tokens.
     hidden = torch.cat([encoded.last_hidden_state[:, -1:], continued.last_hidden_state[:, :-1]], dim=1)
-    logits = softcapped_logits(model, hidden)  # [B, C, V]
-    targets = batch.canvas_ids.masked_fill(~batch.answer_mask, -100)
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    answer = batch.answer_mask
+    return (head or LMHead(model)).losses(hidden[answer], batch.canvas_ids[answer])[0].mean()

@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
 
     from .corpus import collect
     from .examples import ExampleMaker
-    from .objective import collate, diffusion_loss
+    from .objective import LMHead, collate, diffusion_loss
 
     run_dir = Path(args.run_dir)
     recipe_file = run_dir / "recipe.json"
@@ -185,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     stop = _StopRequest()
     end_id = maker.end_id
     draws, pad_weight = schedule.get("draws", 1), schedule.get("padWeight", 1.0)
+    head = LMHead(model, compiled=schedule.get("compiledHead", False))
     every_cpu, snapshot_cpu = schedule.get("checkpointEveryCpuS"), schedule.get("snapshotEveryCpuS")
 
     def cpu_seconds() -> float:
@@ -212,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         parts = diffusion_loss(model, batch, generator, self_conditioning=schedule["selfConditioning"],
                                encoder_loss_weight=schedule["encoderLossWeight"], eps=schedule["eps"],
                                draws=draws, pad_weight=pad_weight, noise_floor=schedule.get("noiseFloor", 0.0),
-                               answer_encoder_weight=schedule.get("answerEncoderWeight", 0.0))
+                               answer_encoder_weight=schedule.get("answerEncoderWeight", 0.0), head=head)
         optimizer.zero_grad(set_to_none=True)
         parts.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), schedule["clipNorm"])

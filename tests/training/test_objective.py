@@ -175,3 +175,26 @@ def test_a_noise_floor_corrupts_every_canvas_at_least_that_much(batch):
 
     assert min(changed_shares(0.95)) >= 0.8
     assert min(changed_shares(0.0)) < 0.5
+
+
+def test_the_compiled_bf16_head_gives_the_eager_heads_loss_and_gradients(batch):
+    """`LMHead(compiled=True)` (torch.compile, bf16 matmul) trains what the eager fp32 head trains: the same
+    loss to bf16's precision and gradients pointing the same way, on every weight of the model."""
+    from dgemma_lsp.engine.training.objective import LMHead
+
+    def loss_and_gradients(head):
+        model.zero_grad()
+        parts = diffusion_loss(model, batch, torch.Generator().manual_seed(5), draws=2, pad_weight=0.1,
+                               answer_encoder_weight=1.0, head=head)
+        parts.total.backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        return parts, grads
+
+    model = build_tiny_model().train()
+    eager, eager_grads = loss_and_gradients(LMHead(model))
+    compiled, compiled_grads = loss_and_gradients(LMHead(model, compiled=True))
+    for name in ("diffusion", "encoder", "answer_encoder", "answer_loss"):
+        assert getattr(compiled, name) == pytest.approx(getattr(eager, name), rel=1e-2), name
+    assert compiled.canvas_accuracy == pytest.approx(eager.canvas_accuracy, abs=0.02)
+    cosine = torch.nn.functional.cosine_similarity(compiled_grads, eager_grads, dim=0)
+    assert cosine > 0.99 and compiled_grads.norm() == pytest.approx(eager_grads.norm().item(), rel=0.05)

@@ -304,6 +304,8 @@ def _strip_repeated_prefix(text: str, prefix: str, line_before: str, rest_of_lin
         if text.startswith(line_before):
             if _balances_only_kept(line_before, text, len(line_before), rest_of_line):
                 return text
+            if len(stripped_before) < 3 and not text[len(line_before):].strip():
+                return text  # `}|` answered `}` (a `}}` line): a short closer is the answer, not a copy
             return text[len(line_before):]
         body = text.lstrip(" \t")
         if body.startswith(stripped_before):

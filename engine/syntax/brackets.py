@@ -63,6 +63,29 @@ def _hash_comment(text: str, i: int) -> bool:
     return not text[line_start:i].strip()
 
 
+def open_depth(text: str) -> int:
+    """Brackets left open at the end of `text` (never negative)."""
+    depth = 0
+    for _, c in code_chars(text):
+        if c in OPENERS:
+            depth += 1
+        elif c in CLOSERS:
+            depth = max(0, depth - 1)
+    return depth
+
+
+def closing_end(text: str, depth: int) -> int | None:
+    """The index just after the closer in `text` that closes `depth` brackets opened before it, or None."""
+    for i, c in code_chars(text):
+        if c in OPENERS:
+            depth += 1
+        elif c in CLOSERS:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return None
+
+
 def first_unmatched_closer(text: str) -> int | None:
     """Index of the first closing bracket in `text` that no opener in `text` matches."""
     depth = 0

@@ -20,7 +20,7 @@ import msgspec
 
 from ..api import HolePlan, InfillContext
 from .block_words import answer_opens, block_end_walker, bracket_view
-from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer
+from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer, open_depth
 
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
 _REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
@@ -152,7 +152,7 @@ def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str, langu
         text = text.lstrip(" \t")
     if text.startswith("\n"):
         return ""
-    depth = _open_depth(bracket_view(language, line_before))
+    depth = open_depth(bracket_view(language, line_before))
     lines = text.split("\n")
     kept: list[str] = []
     body_follows = _deeper_line_follows(suffix, line_before)
@@ -160,7 +160,7 @@ def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str, langu
         if not kept:
             # The first line read after the cursor's text: a quote opened before the cursor
             # (`["|`) closes in it, and its brackets count outside that string.
-            depth = _open_depth(bracket_view(language, line_before + line))
+            depth = open_depth(bracket_view(language, line_before + line))
         else:
             depth += _depth_change(bracket_view(language, line))
         kept.append(line)
@@ -420,17 +420,6 @@ def _in_quote(line_before: str) -> bool:
     """Whether the cursor's line leaves a quote open (or a comment) at the cursor."""
     sentinel = len(line_before)
     return all(i != sentinel for i, _ in code_chars(line_before + "("))
-
-
-def _open_depth(text: str) -> int:
-    """Brackets left open at the end of `text` (never negative)."""
-    depth = 0
-    for _, c in code_chars(text):
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            depth = max(0, depth - 1)
-    return depth
 
 
 def _depth_walk(line: str, depth: int) -> tuple[int, bool]:

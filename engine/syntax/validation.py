@@ -21,7 +21,11 @@ import msgspec
 import tree_sitter
 
 from ..api import Candidate
+from .brackets import closing_end, open_depth
 from .document import SyntaxDocument, byte_points, byte_ranges
+
+CLOSER_REACH = 4000
+"""How far into the suffix (chars) to look for the closers of brackets a candidate leaves open."""
 
 
 def count_syntax_errors(tree: tree_sitter.Tree) -> int:
@@ -67,6 +71,7 @@ class CandidateChecker:
         self.tree = self.parser.parse(doc.source)
         self.baseline = count_syntax_errors(self.tree)
         """ERROR/MISSING nodes of the definition as it stands (the hole itself often is one)."""
+        self._through_closers: dict[int, CandidateChecker] = {}
 
     @classmethod
     def at_line_end(cls, doc: SyntaxDocument, offset: int) -> CandidateChecker:
@@ -99,7 +104,29 @@ class CandidateChecker:
 
     def syntax_ok(self, candidate: Candidate) -> bool:
         """Whether the candidate adds no ERROR/MISSING nodes to its definition."""
-        return self.errors_with(candidate) <= self.baseline
+        checker = self._reaching_closers(candidate) or self
+        return checker.errors_with(candidate) <= checker.baseline
+
+    def _reaching_closers(self, candidate: Candidate) -> CandidateChecker | None:
+        """A checker whose region reaches the closers of the brackets the candidate leaves open.
+
+        `header = (|` above the lines of its tuple and their `)`: the region as the document
+        stands ends before that `)` (without the `(` those lines are statements of their own), so
+        the candidate would leave a bracket open inside it. None when the candidate closes what it
+        opens, or the suffix does not close it within CLOSER_REACH, or the region already reaches."""
+        depth = open_depth(candidate.text)
+        if not depth:
+            return None
+        after = self.offset + candidate.replace_chars
+        closed = closing_end(self.doc.text[after:after + CLOSER_REACH], depth)
+        if closed is None:
+            return None
+        reach = after + closed - self.offset
+        if self.doc.byte_offset(self.offset + reach) <= self.ranges[-1][1]:
+            return None
+        if reach not in self._through_closers:
+            self._through_closers[reach] = CandidateChecker(self.doc, self.offset, reach)
+        return self._through_closers[reach]
 
 
 def rank_candidates(

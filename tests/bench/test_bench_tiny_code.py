@@ -33,13 +33,12 @@ def test_the_holes_are_the_rest_of_a_code_line_in_held_out_sources_and_always_th
 def test_the_true_rest_of_the_line_survives_the_pipeline():
     """Handed the truth in the model's place, the finished top candidate is the truth. On 1,000 such holes
     two were lost before this bench found them (a cursor in a comment after `else:`, moved to a new line;
-    `}|` on a `}}` line, dropped as a copy): now none is. 1.4% of the true lines are judged not to parse
-    in place (a line that opens a bracket closed on later lines: the checker's region is the one
-    around the hole before the candidate goes in)."""
+    `}|` on a `}}` line, dropped as a copy): now none is. The true line is judged to parse in place in
+    99.8% of them (98.6% before the check reached the closers of brackets a line opens)."""
     report = line_completion(None, 200, truth=True)
     assert report["holes"] == 200
     assert report["exactMatch"] == 1.0 and report["editSimilarity"] == 100
-    assert report["parseShare"] >= 0.95
+    assert report["parseShare"] >= 0.99
 
 
 @pytest.mark.timeout(600)

@@ -19,6 +19,10 @@ next to the random model and the empty middle.
   CodeXGLUE, the model sees the code after the line too: it is an infill model. `truth=True` hands
   the true rest of the line to the same pipeline in the model's place: what it loses there, it
   loses for every model.
+- what the weights know, read left to right (`CausalReader`): the encoder and LM head write each
+  answer greedily, token by token, and the same pipeline finishes it (simple holes and line holes).
+  No diffusion sampler is involved: where this reader fails too, the weights lack the answer and
+  no sampler can find it; where it succeeds and `generate` does not, look at the sampler.
 `--model tiny` (or any model name/path) scores that model instead of a run's snapshot.
 The snapshot is exported to RUN_DIR/eval-model/ (a loadable model folder) first. Knows the
 engine's public path and the training run's layout; knows nothing of LSP.
@@ -54,15 +58,55 @@ def _squash(text: str) -> str:
     return "".join(text.split())
 
 
-def simple_holes(model: str, *, candidates: int = 3, seed: int = 0, steps=None) -> dict:
-    """Share of SIMPLE_HOLES with an accepted answer among `candidates`, what was written, and parse share."""
+class CausalReader:
+    """The weights' own answer read left to right: greedy next tokens from the encoder and its LM head.
+
+    The prompt is built as the runtime builds it (PromptBuilder); the answer ends at the chat
+    template's end-of-turn or after `max_tokens`. Re-encodes the whole prompt each token (no cache):
+    simple, and quick enough for a bench of tiny models."""
+
+    def __init__(self, model: str, max_tokens: int = 32) -> None:
+        from dgemma_lsp.engine.runtime.loading import load_model_and_tokenizer
+        from dgemma_lsp.engine.runtime.prompting import PromptBuilder
+        from dgemma_lsp.engine.training.examples import end_of_turn_id
+
+        self.model, self.tokenizer, self.device = load_model_and_tokenizer(model, device="cpu", dtype="float32")
+        self.prompts = PromptBuilder(self.tokenizer)
+        self.end_id = end_of_turn_id(self.tokenizer)
+        self.max_tokens = max_tokens
+
+    def denoise(self, request):
+        """The greedy answer to a DenoiseRequest, shaped as the model's output for finish_candidates."""
+        import torch
+
+        from dgemma_lsp.engine.runtime.denoising import CONTROL_CHARACTERS
+        from dgemma_lsp.engine.training.objective import softcapped_logits
+
+        from .oracle import as_model_output
+
+        ids = self.prompts.build(request.context, layout=request.settings.prompt_layout).all
+        answer: list[int] = []
+        with torch.no_grad():
+            for _ in range(self.max_tokens):
+                hidden = self.model.model.encoder(input_ids=torch.tensor([ids + answer])).last_hidden_state
+                token = int(softcapped_logits(self.model, hidden[:, -1]).argmax(-1))
+                if token == self.end_id:
+                    break
+                answer.append(token)
+        text = self.tokenizer.decode(answer, skip_special_tokens=True)
+        return as_model_output(text.translate(CONTROL_CHARACTERS))  # as the runtime decodes an answer
+
+
+def simple_holes(model: str, *, candidates: int = 3, seed: int = 0, steps=None, causal: bool = False) -> dict:
+    """Share of SIMPLE_HOLES with an accepted answer among `candidates`, what was written, and parse share.
+
+    `causal`: the weights' greedy left-to-right answer (CausalReader), one candidate."""
     from dgemma_lsp.engine.api import GenerationSettings
-    from dgemma_lsp.engine.runtime.service import InfillService
     from dgemma_lsp.engine.syntax.document import SyntaxDocument
     from dgemma_lsp.engine.syntax.infill import finish_candidates, prepare_infill
 
-    service = InfillService(model)
-    service.load()
+    service = _infiller(model, causal)
+    candidates = 1 if causal else candidates
     settings = GenerationSettings(candidates=candidates, seed=seed, max_tokens=32, steps=steps)
     accepted, parsed, written = 0, 0, []
     for prefix, suffix, answers in SIMPLE_HOLES:
@@ -116,23 +160,30 @@ def line_holes(count: int, held_out: tuple[str, ...] = HELD_OUT) -> list[tuple[s
     return holes
 
 
+def _infiller(model: str, causal: bool):
+    """What answers a DenoiseRequest: the engine's own service, or the weights read left to right."""
+    if causal:
+        return CausalReader(model)
+    from dgemma_lsp.engine.runtime.service import InfillService
+
+    service = InfillService(model)
+    service.load()
+    return service
+
+
 def line_completion(model: str | None, count: int = 100, *, held_out: tuple[str, ...] = HELD_OUT, seed: int = 0,
-                    truth: bool = False) -> dict:
+                    truth: bool = False, causal: bool = False) -> dict:
     """Exact match and edit similarity of the top candidate on `count` held-out line holes.
 
-    `truth`: no model; the true rest of the line goes through the pipeline in the model's place."""
+    `truth`: no model; the true rest of the line goes through the pipeline in the model's place.
+    `causal`: the weights' greedy left-to-right answer (CausalReader) in the model's place."""
     from dgemma_lsp.engine.api import GenerationSettings
     from dgemma_lsp.engine.syntax.document import SyntaxDocument
     from dgemma_lsp.engine.syntax.infill import finish_candidates, prepare_infill
 
     from .oracle import as_model_output
 
-    service = None
-    if not truth:
-        from dgemma_lsp.engine.runtime.service import InfillService
-
-        service = InfillService(model)
-        service.load()
+    service = None if truth else _infiller(model, causal)
     settings = GenerationSettings(candidates=1, seed=seed, max_tokens=32)
     matched, similarity, parsed, written = 0, 0.0, 0, []
     holes = line_holes(count, held_out)
@@ -202,6 +253,9 @@ def main(argv=None) -> int:
     line = {**{k: v for k, v in record.items() if k != "recipe"},
             "simple": simple_holes(model, steps=args.steps),
             "lineCompletion": line_completion(model, args.lines, held_out=held_out) if args.lines else None,
+            "simpleCausal": simple_holes(model, causal=True),
+            "lineCompletionCausal": line_completion(model, args.lines, held_out=held_out, causal=True)
+            if args.lines else None,
             "humanevalSingleLine": humaneval_single_line(model, args.sample) if args.sample else None,
             "measureCpuSeconds": round(time.process_time() - started, 1),
             "wallClock": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

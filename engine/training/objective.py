@@ -18,7 +18,10 @@ Two choices of ours spend the CPU on the answer (issue 28):
   decoder pass over draws × rows canvases gets draws× the answer targets for one encoder pass;
 - a weighted canvas loss: the answer's tokens and the first end-of-turn weigh 1, the pad
   after it `pad_weight` (the model must still learn to stop, but pad is most of a canvas).
-  `draws=1, pad_weight=1` is the plain mean over the canvas, as before.
+  `draws=1, pad_weight=1` is the plain mean over the canvas, as before;
+- `clean_weight`: what a position the corruption left clean weighs (1: all positions alike, as in
+  the reference recipe). A clean position asks the decoder only to keep the token it is shown;
+  the corrupted ones are where it learns to write from the prompt and the canvas around them.
 The answer-only loss and accuracy (answer tokens + the first end-of-turn) are reported
 beside the canvas figures: they are what the model is for.
 
@@ -147,7 +150,7 @@ def softcapped_logits(model, hidden: torch.Tensor) -> torch.Tensor:
 def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_conditioning: float = 0.5,
                    encoder_loss_weight: float = 1.0, eps: float = 1e-3, draws: int = 1,
                    pad_weight: float = 1.0, noise_floor: float = 0.0, answer_encoder_weight: float = 0.0,
-                   head: LMHead | None = None) -> LossParts:
+                   clean_weight: float = 1.0, head: LMHead | None = None) -> LossParts:
     """The loss of one batch; call `.total.backward()` on the result.
 
     `noise_floor`: the lowest corruption level drawn (levels are uniform in [max(eps, floor), 1]).
@@ -203,6 +206,8 @@ def diffusion_loss(model, batch: Batch, generator: torch.Generator, *, self_cond
     )
     per_position, hits = head.losses(decoded.last_hidden_state, clean)  # [B, C] each
     weights = torch.where(answer, 1.0, pad_weight)  # [B, C]
+    if clean_weight != 1.0:
+        weights = weights * torch.where(corrupt, 1.0, clean_weight)
     diffusion = (per_position * weights).sum() / weights.sum()
 
     # Encoder: next-token loss on the prompt's real tokens. The LM head runs on those positions alone:

@@ -213,7 +213,8 @@ def run(args: argparse.Namespace) -> int:
         parts = diffusion_loss(model, batch, generator, self_conditioning=schedule["selfConditioning"],
                                encoder_loss_weight=schedule["encoderLossWeight"], eps=schedule["eps"],
                                draws=draws, pad_weight=pad_weight, noise_floor=schedule.get("noiseFloor", 0.0),
-                               answer_encoder_weight=schedule.get("answerEncoderWeight", 0.0), head=head)
+                               answer_encoder_weight=schedule.get("answerEncoderWeight", 0.0),
+                               clean_weight=schedule.get("cleanWeight", 1.0), head=head)
         optimizer.zero_grad(set_to_none=True)
         parts.total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), schedule["clipNorm"])

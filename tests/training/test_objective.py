@@ -156,6 +156,29 @@ def test_one_draw_and_full_pad_weight_is_the_plain_canvas_mean(batch):
     assert parts.canvas_accuracy == pytest.approx(hits.float().mean().item())
 
 
+def test_clean_weight_zero_is_the_mean_over_the_corrupted_positions(batch):
+    """`clean_weight` 0: only positions the corruption changed carry the loss (pad weight 1 here)."""
+    model = build_tiny_model().eval()
+    seen, canvases = [], []
+    hooks = [model.model.decoder.register_forward_hook(lambda module, args, out: seen.append(out.last_hidden_state)),
+             model.model.decoder.register_forward_pre_hook(
+                 lambda module, args, kwargs: canvases.append(kwargs["decoder_input_ids"]), with_kwargs=True)]
+    try:
+        with torch.no_grad():
+            parts = diffusion_loss(model, batch, torch.Generator().manual_seed(6), self_conditioning=0.0,
+                                   clean_weight=0.0)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    logits = model.lm_head(seen[0]).float()
+    logits = torch.tanh(logits / model.final_logit_softcapping) * model.final_logit_softcapping
+    per_position = torch.nn.functional.cross_entropy(logits.transpose(1, 2), batch.canvas_ids, reduction="none")
+    changed = canvases[0] != batch.canvas_ids  # a noise token equal to the clean one by chance counts as clean here
+    assert 0 < int(changed.sum()) < changed.numel(), "the draw must leave some positions clean"
+    assert parts.diffusion == pytest.approx(per_position[changed].mean().item(), rel=2e-3)
+    assert parts.diffusion != pytest.approx(per_position.mean().item(), rel=2e-3)
+
+
 def test_a_noise_floor_corrupts_every_canvas_at_least_that_much(batch):
     """The decoder's input canvases: with the floor at 0.95 every row is nearly all noise; without it, some are not."""
     model = build_tiny_model().eval()

@@ -1,0 +1,36 @@
+"""The held-out figures a recipe is judged by (engine/training/validation.py), on the committed run's weights."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dgemma_lsp.engine.training.examples import end_of_turn_id
+from dgemma_lsp.engine.training.validation import VALIDATION_SEED, load_weights, score, validation_examples
+
+RUN = Path(__file__).resolve().parents[2] / "runs" / "tiny-code-cpu"
+
+
+@pytest.mark.timeout(300)
+def test_left_to_right_accuracy_is_the_decoders_reading_of_a_partly_written_canvas():
+    """Batched over left-padded prompts with one encoding for every k, it is what the model's own forward
+    gives hole by hole: the true answer left of k, the metric's noise from k on, the argmax at k."""
+    torch.set_num_threads(1)
+    model, tokenizer, recipe, _ = load_weights(RUN, RUN / "checkpoint.pt")  # trained weights: hits are not all 0
+    end = end_of_turn_id(tokenizer)
+    examples = validation_examples(tokenizer, 32, tuple(recipe["data"]["heldOutSources"]), count=16)
+    figures = score(model, examples, tokenizer.pad_token_id, end)
+
+    noise = torch.randint(0, model.config.text_config.vocab_size, (16, 32),
+                          generator=torch.Generator().manual_seed(VALIDATION_SEED + 1))
+    hits = count = 0
+    with torch.no_grad():
+        for row, example in enumerate(examples):
+            for k in range(example.canvas_ids.index(end) + 1):  # the answer and its end-of-turn
+                canvas = noise[row].clone()
+                canvas[:k] = torch.tensor(example.canvas_ids[:k])
+                logits = model(input_ids=torch.tensor([example.prompt_ids]), decoder_input_ids=canvas[None]).logits
+                hits += int(logits[0, k].argmax()) == example.canvas_ids[k]
+                count += 1
+    assert hits > 0
+    assert figures["answerAccuracyLeftToRight"] == pytest.approx(hits / count, abs=1.01 / count)  # one near-tie

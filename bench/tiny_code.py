@@ -70,7 +70,7 @@ class CausalReader:
         from dgemma_lsp.engine.runtime.prompting import PromptBuilder
         from dgemma_lsp.engine.training.examples import end_of_turn_id
 
-        self.model, self.tokenizer, self.device = load_model_and_tokenizer(model, device="cpu", dtype="float32")
+        self.model, self.tokenizer, _ = load_model_and_tokenizer(model, device="cpu", dtype="float32")
         self.prompts = PromptBuilder(self.tokenizer)
         self.end_id = end_of_turn_id(self.tokenizer)
         self.max_tokens = max_tokens

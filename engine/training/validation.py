@@ -96,11 +96,7 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
                 corrupt = torch.rand(shape, generator=generator) < t
                 noise = torch.randint(0, vocab, shape, generator=generator)
                 canvas = torch.where(corrupt, noise, batch.canvas_ids)
-                decoded = model.model.decoder(
-                    decoder_input_ids=canvas, **with_cache(cache),
-                    decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(canvas)], -1),
-                    decoder_position_ids=batch.prompt_mask.sum(-1, keepdim=True) + torch.arange(shape[1]))
-                logits = softcapped_logits(model, decoded.last_hidden_state)
+                logits = softcapped_logits(model, _decode(model, batch, canvas, cache))
                 losses = F.cross_entropy(logits.reshape(-1, vocab), batch.canvas_ids.reshape(-1),
                                          reduction="none").view(shape)
                 hits = logits.argmax(-1) == batch.canvas_ids
@@ -115,11 +111,7 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
             answer, columns = batch.answer_mask, torch.arange(batch.canvas_ids.shape[1])
             for k in range(int(answer.sum(-1).max())):
                 canvas = torch.where(columns < k, batch.canvas_ids, noise)
-                decoded = model.model.decoder(
-                    decoder_input_ids=canvas, **with_cache(cache),
-                    decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(canvas)], -1),
-                    decoder_position_ids=batch.prompt_mask.sum(-1, keepdim=True) + columns)
-                guess = softcapped_logits(model, decoded.last_hidden_state[:, k]).argmax(-1)
+                guess = softcapped_logits(model, _decode(model, batch, canvas, cache)[:, k]).argmax(-1)
                 left_hits += int(((guess == batch.canvas_ids[:, k]) & answer[:, k]).sum())
                 left_count += int(answer[:, k].sum())
     figures = {"holes": len(examples), "exactAtT1": round(exact / len(examples), 4),
@@ -129,6 +121,19 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
         figures[f"answerAccuracyT{t:g}"] = round(hits / count, 4)
         figures[f"answerLossT{t:g}"] = round(loss / count, 4)
     return figures
+
+
+def _decode(model, batch, canvas, cache):
+    """The decoder's last hidden states for `canvas`, reading the cache of the batch's prompts."""
+    import torch
+
+    from ..runtime.cache_keyword import with_cache
+
+    return model.model.decoder(
+        decoder_input_ids=canvas, **with_cache(cache),
+        decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(canvas)], -1),
+        decoder_position_ids=batch.prompt_mask.sum(-1, keepdim=True) + torch.arange(canvas.shape[1]),
+    ).last_hidden_state
 
 
 def load_weights(run_dir: Path, path: Path):

@@ -215,15 +215,10 @@ def humaneval_single_line(model: str, sample: int, seed: int = 0) -> dict:
 
 
 def export_snapshot(run_dir: Path, snapshot: Path) -> tuple[Path, dict]:
-    from dgemma_lsp.engine.training.train import export
-    from dgemma_lsp.engine.training.validation import load_weights
+    from dgemma_lsp.engine.training import ship
 
-    model, tokenizer, recipe, state = load_weights(run_dir, snapshot)
-    record = {"recipe": recipe, "snapshot": snapshot.name, "steps": state["step"], "tokens": state["tokens"],
-              "cpuSeconds": state.get("cpuSeconds"), "answerTokens": state.get("answerTokens")}
     folder = run_dir / "eval-model"
-    export(model, tokenizer, folder, record, run_dir / "corpus.json")
-    return folder, record
+    return folder, ship.export_snapshot(run_dir, snapshot, folder)
 
 
 def main(argv=None) -> int:
@@ -244,9 +239,9 @@ def main(argv=None) -> int:
     if args.model:
         model, record = args.model, {"model": args.model}
     else:
-        snapshots = sorted((args.run_dir / "snapshots").glob("cpu-*.pt"))
-        chosen = args.run_dir / ("snapshots/" + args.snapshot if args.snapshot and args.snapshot != "checkpoint.pt"
-                                 else "checkpoint.pt") if args.snapshot else snapshots[-1]
+        from dgemma_lsp.engine.training.ship import snapshot_path
+
+        chosen = snapshot_path(args.run_dir, args.snapshot)
         folder, record = export_snapshot(args.run_dir, chosen)
         model = str(folder)
         held_out = tuple(record["recipe"]["data"].get("heldOutSources") or HELD_OUT)

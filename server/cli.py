@@ -36,7 +36,8 @@ SUBCOMMANDS = {
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model", default=DEFAULT_MODEL_ID,
-        help=f"a Hugging Face id (default {DEFAULT_MODEL_ID}), a local folder, or 'tiny' (built-in test model); "
+        help=f"a Hugging Face id (default {DEFAULT_MODEL_ID}), a local folder, 'tiny' (built in, trained on a CPU) "
+             "or 'tiny-random' (built in, random weights: for tests); "
              "with --engine vllm, the name the server serves",
     )
     parser.add_argument("--device", default=None, help="torch device (default: cuda if present, else cpu)")

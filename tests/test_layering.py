@@ -102,13 +102,13 @@ def test_remote_room_is_torch_free_and_needs_no_daemon():
 
 def test_a_language_server_on_a_remote_engine_loads_no_torch():
     """Building the vLLM client and its prompt layout (the tiny model's template) pulls in no torch."""
-    from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
+    from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
 
-    ensure_tiny_model()  # its tokenizer files are what the layout reads
+    ensure_tiny_random_model()  # its tokenizer files are what the layout reads
     code = ("import sys, argparse; from dgemma_lsp.server import serve, lsp_server; "
             "from dgemma_lsp.engine.remote.template import load_layout; "
             "serve.make_engine_client(argparse.Namespace(engine='vllm', engine_url='http://127.0.0.1:9/v1', "
-            "model='tiny')); load_layout('tiny'); "
+            "model='tiny-random')); load_layout('tiny-random'); "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
@@ -118,7 +118,7 @@ def test_the_command_line_parses_without_torch():
     """Every `dgemma-lsp` start builds the whole parser: `--stdio` and a respawned `engine serve`
     must not pay torch's import before they answer."""
     code = ("import sys; from dgemma_lsp.server import cli; "
-            "cli.build_parser().parse_args(['engine', 'serve', '--model', 'tiny']); "
+            "cli.build_parser().parse_args(['engine', 'serve', '--model', 'tiny-random']); "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

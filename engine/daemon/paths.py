@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..runtime.tiny_model import BUILTIN_MODELS
 from .protocol import EngineKey
 
 RUNTIME_DIR_ENV = "DGEMMA_LSP_RUNTIME_DIR"
@@ -35,7 +36,7 @@ TRANSPORT_ENV = "DGEMMA_LSP_TRANSPORT"
 def engine_key(model: str, device: str | None = None, dtype: str | None = None,
                quantization: str | None = None) -> EngineKey:
     """The key of the daemon serving these options; a local folder is made absolute."""
-    if model != "tiny" and Path(model).expanduser().exists():
+    if model not in BUILTIN_MODELS and Path(model).expanduser().exists():
         model = str(Path(model).expanduser().resolve())
     return EngineKey(model=model, device=device or "auto", dtype=dtype or "auto",
                      quantization=quantization or "none")

@@ -66,10 +66,10 @@ def load_layout(model: str) -> tuple[PromptLayout, str]:
 
 def find_tokenizer_folder(model: str) -> Path | None:
     """A local folder with `model`'s tokenizer files, or None."""
-    if model == "tiny":
-        from ..runtime.tiny_model import tiny_model_dir
+    from ..runtime.tiny_model import BUILTIN_MODELS, builtin_model_folder
 
-        folder = tiny_model_dir()
+    if model in BUILTIN_MODELS:
+        folder = builtin_model_folder(model)
         return folder if (folder / "tokenizer_config.json").is_file() else None
     path = Path(model).expanduser()
     if path.is_dir():

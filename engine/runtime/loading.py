@@ -1,6 +1,6 @@
 """Finding and loading a DiffusionGemma checkpoint and its tokenizer.
 
-A model spec is `tiny` (built locally, see tiny_model), a local folder, or a
+A model spec is `tiny` or `tiny-random` (built in, see tiny_model), a local folder, or a
 Hugging Face id looked up in the local HF cache. Loading is offline: nothing is
 downloaded unless the user runs `dgemma-lsp fetch-model`. The vision tower is
 never loaded (text_model); before any weight is read the planned resident size
@@ -40,10 +40,11 @@ def pick_device_and_dtype(device: str | None, dtype: str | None) -> tuple[str, s
 
 def resolve_model_folder(spec: str, *, allow_download: bool = False) -> Path:
     """The local folder holding the model's files, or a one-line error saying how to get them."""
-    if spec == "tiny":
-        from .tiny_model import ensure_tiny_model
+    from .tiny_model import builtin_model_folder
 
-        return ensure_tiny_model()
+    builtin = builtin_model_folder(spec)
+    if builtin is not None:
+        return builtin
     path = Path(spec).expanduser()
     if path.is_dir():
         return path

@@ -1,12 +1,19 @@
-"""The built-in tiny DiffusionGemma (`--model tiny`): built, never downloaded.
+"""The two built-in tiny DiffusionGemmas; neither is ever downloaded.
 
-A ~270K-parameter DiffusionGemmaForBlockDiffusion from a config (the recipe in
-shared/REFERENCE.md) with a byte-level BPE tokenizer trained in well under a
-second on text shipped in this package, wrapped with a Gemma-style chat
-template. Everything is deterministic by seed and cached in the user cache
-dir, keyed by a hash of the recipe, so a second start only loads files.
-It produces random text: it exists to run the real transformers code paths
-on a CPU in tests and demos, never to judge quality.
+`--model tiny` is the model trained on a CPU (issue 28, docs/training.md): a
+save_pretrained folder shipped inside this package (data/tiny/: bf16 weights,
+its tokenizer, `corpus.json` naming every training source with its licence, and
+`training.json` with the recipe, the CPU-seconds and the tokens it cost). It is
+loaded as it lies, with no build step; `python -m dgemma_lsp.engine.training.ship`
+replaces it with a newer snapshot of a run.
+
+`--model tiny-random` is a ~270K-parameter model with seeded random weights,
+built from a config (the recipe in shared/REFERENCE.md) with a byte-level BPE
+tokenizer trained in well under a second on text shipped in this package,
+wrapped with a Gemma-style chat template. Everything is deterministic by seed
+and cached in the user cache dir, keyed by a hash of the recipe, so a second
+start only loads files. It writes random text: it exists to run the real
+transformers code paths quickly on a CPU in tests, never to judge quality.
 """
 
 from __future__ import annotations
@@ -18,8 +25,13 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from ..errors import ModelNotFoundError
 from .loading import cache_root
 
+TINY = "tiny"
+TINY_RANDOM = "tiny-random"
+BUILTIN_MODELS = (TINY, TINY_RANDOM)
+"""Model specs that name a built-in model, never a folder or a hub id."""
 TINY_SEED = 1234
 TOKENIZER_VOCAB = 1000
 """Below the model vocab (1024) so the image/boi/eoi ids (1021-1023) are never produced by the tokenizer."""
@@ -65,14 +77,34 @@ def recipe_hash() -> str:
     return hashlib.sha256(recipe.encode()).hexdigest()[:16]
 
 
-def tiny_model_dir() -> Path:
-    """Where the built tiny model lives, under the cache root (`DGEMMA_LSP_CACHE` overrides it)."""
+def builtin_model_folder(spec: str) -> Path | None:
+    """The folder of a built-in model (built first for `tiny-random`); None when `spec` names none."""
+    if spec == TINY:
+        folder = shipped_tiny_dir()
+        if not (folder / "model.safetensors").is_file():
+            raise ModelNotFoundError(
+                f"this installation has no trained tiny model ({folder} is missing its weights); "
+                f"reinstall dgemma-lsp, or use --model {TINY_RANDOM}"
+            )
+        return folder
+    if spec == TINY_RANDOM:
+        return ensure_tiny_random_model()
+    return None
+
+
+def shipped_tiny_dir() -> Path:
+    """The trained tiny model's folder inside the installed package (a plain folder: installs are never zipped)."""
+    return Path(str(resources.files("dgemma_lsp.engine.runtime").joinpath("data/tiny")))
+
+
+def tiny_random_dir() -> Path:
+    """Where the built random model lives, under the cache root (`DGEMMA_LSP_CACHE` overrides it)."""
     return cache_root() / f"tiny-{recipe_hash()}"
 
 
-def ensure_tiny_model() -> Path:
-    """Build the tiny model folder if it is not cached yet; return its path."""
-    folder = tiny_model_dir()
+def ensure_tiny_random_model() -> Path:
+    """Build the random tiny model's folder if it is not cached yet; return its path."""
+    folder = tiny_random_dir()
     if (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)

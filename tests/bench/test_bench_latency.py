@@ -7,7 +7,7 @@ from dgemma_lsp.bench import latency
 
 @pytest.mark.parametrize("loop_probe", [False, True], ids=["real-traffic", "1ms-probe"])
 def test_a_short_typing_session_yields_every_figure(loop_probe):
-    report = latency.run_benchmark("tiny", keystrokes=6, steps=2, max_tokens=32, loop_floor=True,
+    report = latency.run_benchmark("tiny-random", keystrokes=6, steps=2, max_tokens=32, loop_floor=True,
                                    loop_probe=loop_probe)
     assert report.keystrokes == 6 and report.loop_probe == loop_probe
     for figure in (report.final_ms, report.first_draft_ms, report.engine_ms,
@@ -31,7 +31,7 @@ def test_the_typing_point_is_an_indented_statement():
 
 
 def test_a_series_judges_each_run_and_pools_every_keystroke():
-    series = latency.run_series("tiny", runs=2, keystrokes=3, steps=2, max_tokens=32)
+    series = latency.run_series("tiny-random", runs=2, keystrokes=3, steps=2, max_tokens=32)
     assert len(series.runs) == 2 and series.pooled.keystrokes == 6
     assert series.runs_meeting_all_targets == sum(all(run.targets_met.values()) for run in series.runs)
     for run in series.runs:
@@ -68,8 +68,8 @@ def test_a_workspace_is_indexed_before_typing_starts(tmp_path):
     typed = tmp_path / "main.py"
     typed.write_text("from helpers_1 import helper_1\n\n\nclass Job:\n    def run(self, value):\n"
                      "        total = helper_1(value)\n        total += 1\n        return total\n")
-    report = latency.run_benchmark("tiny", file=typed, workspace=tmp_path, keystrokes=3, steps=2, max_tokens=32)
+    report = latency.run_benchmark("tiny-random", file=typed, workspace=tmp_path, keystrokes=3, steps=2, max_tokens=32)
     assert report.workspace == str(tmp_path.resolve()) and report.index_files == 6
     assert report.index_wall_s is not None and report.final_ms.p50 is not None
     with pytest.raises(ValueError, match="not inside --workspace"):
-        latency.run_benchmark("tiny", file=latency.default_file(), workspace=tmp_path, keystrokes=1)
+        latency.run_benchmark("tiny-random", file=latency.default_file(), workspace=tmp_path, keystrokes=1)

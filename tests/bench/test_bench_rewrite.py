@@ -18,7 +18,7 @@ def ring(outer, inner):
 def test_the_kept_share_falls_as_strength_rises(tmp_path):
     file = tmp_path / "circles.py"
     file.write_text(SOURCE)
-    report = rewrite.run_benchmark("tiny", steps=4, seeds=1, keeps=["canvas"], strengths=[0.1, 1.0], file=file,
+    report = rewrite.run_benchmark("tiny-random", steps=4, seeds=1, keeps=["canvas"], strengths=[0.1, 1.0], file=file,
                                    limit=2, max_selection_tokens=320)
     assert report.selections == 2
     share = {point.strength: point.kept_share for point in report.curve}

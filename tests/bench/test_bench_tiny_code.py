@@ -43,7 +43,7 @@ def test_the_true_rest_of_the_line_survives_the_pipeline():
 
 @pytest.mark.timeout(600)
 def test_a_model_is_scored_through_the_same_path():
-    report = line_completion("tiny", 4, held_out=HELD_OUT)
+    report = line_completion("tiny-random", 4, held_out=HELD_OUT)
     assert report["holes"] == 4 and len(report["written"]) == 4
     assert 0 <= report["editSimilarity"] < 100 and report["exactMatch"] == 0  # random weights
 
@@ -52,7 +52,7 @@ def test_a_model_is_scored_through_the_same_path():
 def test_the_weights_read_left_to_right_go_through_the_same_path():
     """The causal reader (greedy, encoder and LM head) answers in the model's place: same holes, same
     pipeline, and its answers are deterministic and printable as the runtime's are."""
-    report = line_completion("tiny", 4, held_out=HELD_OUT, causal=True)
-    assert report["holes"] == 4 and report == line_completion("tiny", 4, held_out=HELD_OUT, causal=True)
+    report = line_completion("tiny-random", 4, held_out=HELD_OUT, causal=True)
+    assert report["holes"] == 4 and report == line_completion("tiny-random", 4, held_out=HELD_OUT, causal=True)
     assert report["exactMatch"] == 0 and any(report["written"])  # random weights write something, never the truth
     assert not any(ch < " " and ch not in "\t\n\r" for text in report["written"] for ch in text)

@@ -63,7 +63,7 @@ def test_the_text_report_gives_each_problem_its_fix_and_a_verdict(fresh):
 
 
 def test_the_tiny_model_can_run_here(fresh):
-    done = doctor(fresh, "--model", "tiny", "--no-editors", "--json")
+    done = doctor(fresh, "--model", "tiny-random", "--no-editors", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     checks = {check["name"]: check for check in report["checks"]}

@@ -14,7 +14,7 @@ EXAMPLE = "import math\n\n\ndef area(radius):\n    return \n\n\nprint(area(2.0))
 
 def dgemma(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "dgemma_lsp.server.cli", *args, *([] if "--model" in args else ["--model", "tiny"])],
+        [sys.executable, "-m", "dgemma_lsp.server.cli", *args, *([] if "--model" in args else ["--model", "tiny-random"])],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"},
     )
 
@@ -27,7 +27,7 @@ def source(tmp_path: Path) -> Path:
 
 
 def test_complete_json_reports_plan_candidates_steps_and_timings(source):
-    done = dgemma("complete", f"{source}:5:12", "--model", "tiny", "--steps", "4", "--seed", "1",
+    done = dgemma("complete", f"{source}:5:12", "--model", "tiny-random", "--steps", "4", "--seed", "1",
                   "--candidates", "2", "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

@@ -40,7 +40,7 @@ def noise(stderr: str) -> list[str]:
 
 def test_complete_prints_the_answer_and_nothing_on_stderr(cache: Path):
     done = subprocess.run(
-        [sys.executable, "-m", "dgemma_lsp.server.cli", "complete", f"{FIB}:8:12", "--model", "tiny",
+        [sys.executable, "-m", "dgemma_lsp.server.cli", "complete", f"{FIB}:8:12", "--model", "tiny-random",
          "--steps", "2", "--seed", "1"],
         capture_output=True, text=True, timeout=600, env=environment(cache),
     )
@@ -54,7 +54,7 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly(cache: Path):
     os.close(read)  # `| head -c1` that has already gone: every write fails with EPIPE
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "dgemma_lsp.server.cli", "complete", f"{FIB}:8:12", "--model", "tiny",
+            [sys.executable, "-m", "dgemma_lsp.server.cli", "complete", f"{FIB}:8:12", "--model", "tiny-random",
              "--steps", "2", "--seed", "1", "--json"],
             stdout=write, stderr=subprocess.PIPE, text=True, timeout=600, env=environment(cache),
         )
@@ -84,7 +84,7 @@ def test_the_language_server_writes_no_warning_or_bar_to_stderr(cache: Path):
             "textDocument": {"uri": uri}, "position": {"line": 7, "character": 11}, "context": {"triggerKind": 1}}},
     ])
     server = subprocess.Popen(
-        [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", "tiny", "--engine", "inprocess"],
+        [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", "tiny-random", "--engine", "inprocess"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment(cache),
     )
     server.stdin.write(session)

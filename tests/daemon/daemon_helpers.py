@@ -66,7 +66,7 @@ async def raw_hello(paths, hello: Hello):
         writer.close()
 
 
-def dgemma(*args: str, timeout: float = TIMEOUT, model: str | None = "tiny") -> subprocess.CompletedProcess:
+def dgemma(*args: str, timeout: float = TIMEOUT, model: str | None = "tiny-random") -> subprocess.CompletedProcess:
     """Run the real CLI with this process's environment (and so its runtime dir); `--model`
     is added unless `args` has one or `model` is None."""
     if model is not None and "--model" not in args:

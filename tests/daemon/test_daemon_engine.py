@@ -50,7 +50,7 @@ class Daemon:
 
 @pytest.fixture(scope="module")
 def daemon(module_runtime_dir) -> Daemon:
-    key = engine_key("tiny")
+    key = engine_key("tiny-random")
     paths = EnginePaths.for_key(key)
     pid = spawn_daemon(key, paths, idle_unload=None)
     assert pid is not None
@@ -135,7 +135,7 @@ async def test_a_job_submitted_without_drafts_streams_none(daemon: Daemon):
 async def test_the_client_asks_for_drafts_only_when_someone_listens(runtime_dir):
     """The other side of `test_a_job_submitted_without_drafts_streams_none`: a peer that speaks
     the daemon's handshake records what the real client submits, and fails every job."""
-    key = engine_key("tiny")
+    key = engine_key("tiny-random")
     paths = EnginePaths.for_key(key, folder=runtime_dir)
     write_private(paths.token, new_token())
     submits: asyncio.Queue[Submit] = asyncio.Queue()
@@ -145,7 +145,7 @@ async def test_the_client_asks_for_drafts_only_when_someone_listens(runtime_dir)
         while data := await reader.read(65536):
             for message in decoder.feed(data):
                 if isinstance(message, Hello):
-                    status = EngineStatus(state="ready", model="tiny")
+                    status = EngineStatus(state="ready", model="tiny-random")
                     writer.write(encode_frame(Welcome(version=PROTOCOL_VERSION, pid=os.getpid(), status=status)))
                 elif isinstance(message, Submit):
                     submits.put_nowait(message)
@@ -220,7 +220,7 @@ VANISHING_FRONT_END = textwrap.dedent("""
     from dgemma_lsp.engine.daemon.client import DaemonEngineClient
 
     async def main():
-        client = DaemonEngineClient(engine_key("tiny"), spawn=False, name="doomed")
+        client = DaemonEngineClient(engine_key("tiny-random"), spawn=False, name="doomed")
         drafting = asyncio.Event()
         job = asyncio.create_task(client.denoise(LONG, lambda draft: drafting.set()))
         await drafting.wait()

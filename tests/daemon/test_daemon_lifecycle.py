@@ -18,7 +18,7 @@ from daemon_helpers import dgemma, engine_status, quick, raw_hello, wait_for_sta
 from dgemma_lsp.engine.daemon.client import DaemonEngineClient, query_info, spawn_daemon
 from dgemma_lsp.engine.daemon.paths import TRANSPORT_ENV, EnginePaths, engine_key, lock_is_held, read_token
 from dgemma_lsp.engine.daemon.protocol import PROTOCOL_VERSION, Hello, Refused, Welcome
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
+from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
 
 
 def test_engine_start_status_stop(runtime_dir):
@@ -35,11 +35,11 @@ def test_engine_start_status_stop(runtime_dir):
     status = engine_status()
     assert status["running"] and status["pid"] == first["pid"]
     assert {"pid", "socket", "model", "device", "memory", "clients", "queue", "loads", "uptime"} <= set(status)
-    assert status["model"] == "tiny" and status["clients"] == 0 and status["queue"] == 0
+    assert status["model"] == "tiny-random" and status["clients"] == 0 and status["queue"] == 0
 
     stopped = dgemma("engine", "stop")
     assert stopped.returncode == 0, stopped.stderr
-    paths = EnginePaths.for_key(engine_key("tiny"))
+    paths = EnginePaths.for_key(engine_key("tiny-random"))
     assert not lock_is_held(paths.pid_lock)  # the process is gone, not just its socket
     assert not paths.socket.exists() and not paths.token.exists()
     assert dgemma("engine", "status").returncode == 3
@@ -50,7 +50,7 @@ def test_stop_during_a_load_ends_the_process_without_waiting_for_the_load(runtim
     """A load cannot be interrupted (a checkpoint on a slow disk, a big model on a busy CPU):
     `engine stop` must end the process all the same, not say "stopped" while it loads on."""
     folder = tmp_path / "stuck"
-    shutil.copytree(ensure_tiny_model(), folder)
+    shutil.copytree(ensure_tiny_random_model(), folder)
     (folder / "model.safetensors").unlink()
     os.mkfifo(folder / "model.safetensors")  # opening it blocks until a writer comes: a load that never ends
     started = dgemma("engine", "start", "--json", model=str(folder))
@@ -77,10 +77,10 @@ def test_status_and_stop_without_model_act_on_every_engine_and_model_options_nar
     every = dgemma("engine", "status", "--json", model=None)
     assert every.returncode == 0, every.stderr
     listed = json.loads(every.stdout)
-    assert {(e["model"], e["dtype"], e["pid"]) for e in listed} == {("tiny", d, pid) for d, pid in pids.items()}
+    assert {(e["model"], e["dtype"], e["pid"]) for e in listed} == {("tiny-random", d, pid) for d, pid in pids.items()}
     assert all(e["running"] for e in listed)
     assert dgemma("engine", "status", model=None).stdout.count("engine daemon pid") == 2
-    assert engine_status(*float32)["pid"] == pids["float32"]  # --model tiny --dtype float32: that one
+    assert engine_status(*float32)["pid"] == pids["float32"]  # --model tiny-random --dtype float32: that one
     assert dgemma("engine", "status", "--json", model="some/other-model").returncode == 3
 
     narrowed = dgemma("engine", "stop", "--json", *float32)
@@ -90,7 +90,7 @@ def test_status_and_stop_without_model_act_on_every_engine_and_model_options_nar
 
     rest = dgemma("engine", "stop", "--json", model=None)
     assert rest.returncode == 0, rest.stderr
-    assert [(e["model"], e["pid"]) for e in json.loads(rest.stdout)] == [("tiny", pids["auto"])]
+    assert [(e["model"], e["pid"]) for e in json.loads(rest.stdout)] == [("tiny-random", pids["auto"])]
     nothing = dgemma("engine", "status", "--json", model=None)
     assert (nothing.returncode, json.loads(nothing.stdout)) == (3, [])
     assert not any(lock_is_held(path) for path in runtime_dir.glob("*.pid"))
@@ -101,7 +101,7 @@ def test_a_daemon_whose_endpoint_names_no_engine_is_listed_and_stopped_by_its_pi
     started = dgemma("engine", "start", "--json", "--idle-unload", "0")
     assert started.returncode == 0, started.stderr
     pid = json.loads(started.stdout)["pid"]
-    paths = EnginePaths.for_key(engine_key("tiny"))
+    paths = EnginePaths.for_key(engine_key("tiny-random"))
     endpoint = json.loads(paths.endpoint.read_text())
     del endpoint["engine"]
     paths.endpoint.write_text(json.dumps(endpoint))
@@ -115,7 +115,7 @@ def test_a_daemon_whose_endpoint_names_no_engine_is_listed_and_stopped_by_its_pi
 
 
 async def test_auto_spawn_idle_unload_reload_and_stop_under_a_client(runtime_dir):
-    key = engine_key("tiny")
+    key = engine_key("tiny-random")
     client = DaemonEngineClient(key, idle_unload=0.5, name="test")
     try:
         await client.start()  # no daemon yet: the client spawns one
@@ -143,7 +143,7 @@ async def test_auto_spawn_idle_unload_reload_and_stop_under_a_client(runtime_dir
 
 
 async def test_a_request_running_when_the_daemon_is_killed_is_answered_by_the_new_daemon(runtime_dir):
-    client = DaemonEngineClient(engine_key("tiny"), name="test")
+    client = DaemonEngineClient(engine_key("tiny-random"), name="test")
     request = quick()
     request = msgspec.structs.replace(request, settings=msgspec.structs.replace(request.settings, steps=20))
     running = asyncio.Event()
@@ -173,7 +173,7 @@ async def test_loopback_tcp_transport_checks_the_token(runtime_dir, monkeypatch)
     assert started.returncode == 0, started.stderr
     status = engine_status()
     assert status["socket"].startswith("tcp://127.0.0.1:")
-    key = engine_key("tiny")
+    key = engine_key("tiny-random")
     paths = EnginePaths.for_key(key)
     assert not paths.socket.exists()
     assert stat.S_IMODE(os.stat(paths.token).st_mode) == 0o600
@@ -199,7 +199,7 @@ def test_a_runtime_dir_owned_by_someone_else_is_refused(runtime_dir):
 
 
 def test_racing_spawners_start_exactly_one_daemon(runtime_dir):
-    key = engine_key("tiny")
+    key = engine_key("tiny-random")
     paths = EnginePaths.for_key(key)
     with ThreadPoolExecutor(4) as pool:
         pids = list(pool.map(lambda _: spawn_daemon(key, paths, idle_unload=None), range(4)))

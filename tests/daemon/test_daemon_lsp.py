@@ -76,7 +76,7 @@ def open_document(client: LanguageClient, uri: str) -> None:
 
 
 async def test_two_servers_share_one_daemon_and_survive_its_kill(runtime_dir):
-    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--engine", "daemon", "--model", "tiny"]
+    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--engine", "daemon", "--model", "tiny-random"]
     servers = [language_server(), language_server()]
     try:
         await asyncio.gather(*(s.start_io(*command, env=dict(os.environ)) for s in servers))

@@ -43,7 +43,7 @@ NEXT_EDIT = DenoiseRequest(
 )
 """A next edit: a rewrite whose prompt carries the recent edits (engine/nextedit/)."""
 CLIENT_MESSAGES = [
-    Hello(version=PROTOCOL_VERSION, token="t" * 43, engine=EngineKey(model="tiny"), pid=12, name="lsp"),
+    Hello(version=PROTOCOL_VERSION, token="t" * 43, engine=EngineKey(model="tiny-random"), pid=12, name="lsp"),
     Submit(id=1, request=REQUEST),
     Submit(id=2, request=NEXT_EDIT),
     Cancel(id=1),
@@ -52,10 +52,10 @@ CLIENT_MESSAGES = [
     Shutdown(),
 ]
 DAEMON_MESSAGES = [
-    Welcome(version=PROTOCOL_VERSION, pid=3, status=EngineStatus(state="idle", model="tiny")),
+    Welcome(version=PROTOCOL_VERSION, pid=3, status=EngineStatus(state="idle", model="tiny-random")),
     DraftFrame(id=1, draft=Draft(step=1, text="ret😀")),
     Failed(id=1, kind="cancelled", message="cancelled after 1 step"),
-    StatusFrame(status=EngineStatus(state="ready", model="tiny", device="cpu", loads=1)),
+    StatusFrame(status=EngineStatus(state="ready", model="tiny-random", device="cpu", loads=1)),
 ]
 STREAM = b"".join(encode_frame(m) for m in CLIENT_MESSAGES)
 

@@ -1,4 +1,4 @@
-"""Real Emacs (28, batch) with lsp-mode 10 driving `dgemma-lsp --stdio --model tiny`.
+"""Real Emacs (28, batch) with lsp-mode 10 driving `dgemma-lsp --stdio --model tiny-random`.
 
 The scenarios live in editors/emacs/tests/scenarios.el (an inline suggestion shown at the cursor
 and accepted; a selection rewritten through the code action); this file only provides the
@@ -37,7 +37,7 @@ def _server_command() -> list[str]:
     executable = str(script) if script.exists() else shutil.which("dgemma-lsp")
     assert executable, "dgemma-lsp is not installed (make test installs it into .venv)"
     # In-process engine: the test owns the model's lifetime (no resident daemon outlives it).
-    return [executable, "--stdio", "--model", "tiny", "--engine", "inprocess"]
+    return [executable, "--stdio", "--model", "tiny-random", "--engine", "inprocess"]
 
 
 def test_lsp_mode_inline_completion_and_rewrite(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Real Neovim (0.11 and 0.12, headless) driving the dgemma plugin against `dgemma-lsp --stdio --model tiny`.
+"""Real Neovim (0.11 and 0.12, headless) driving the dgemma plugin against `dgemma-lsp --stdio --model tiny-random`.
 
 The scenarios live in editors/nvim/tests/scenarios.lua (typed keys, ghost text read back from
 extmarks, accept / word / line / dismiss, rewrite of a visual selection, the definitions a second
@@ -35,7 +35,7 @@ def _server_command() -> list[str]:
     executable = str(script) if script.exists() else shutil.which("dgemma-lsp")
     assert executable, "dgemma-lsp is not installed (make test installs it into .venv)"
     # In-process engine: the test owns the model's lifetime (no resident daemon outlives it).
-    return [executable, "--stdio", "--model", "tiny", "--engine", "inprocess"]
+    return [executable, "--stdio", "--model", "tiny-random", "--engine", "inprocess"]
 
 
 def _pylsp() -> str:

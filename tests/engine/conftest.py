@@ -7,4 +7,4 @@ from dgemma_lsp.engine.runtime.denoising import DenoisingRuntime
 
 @pytest.fixture(scope="session")
 def runtime() -> DenoisingRuntime:
-    return DenoisingRuntime.load("tiny")
+    return DenoisingRuntime.load("tiny-random")

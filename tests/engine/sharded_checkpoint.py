@@ -22,7 +22,7 @@ def build(folder: Path) -> None:
         Gemma4VisionConfig,
     )
 
-    from dgemma_lsp.engine.runtime.tiny_model import VISION_CONFIG, ensure_tiny_model
+    from dgemma_lsp.engine.runtime.tiny_model import VISION_CONFIG, ensure_tiny_random_model
 
     text = DiffusionGemmaTextConfig(
         vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=6,
@@ -37,7 +37,7 @@ def build(folder: Path) -> None:
     )
     torch.manual_seed(0)
     DiffusionGemmaForBlockDiffusion(config).save_pretrained(folder, max_shard_size=SHARD_SIZE)
-    tiny = ensure_tiny_model()
+    tiny = ensure_tiny_random_model()
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"):
         shutil.copy(tiny / name, folder / name)
 

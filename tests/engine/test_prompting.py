@@ -4,11 +4,11 @@ from transformers import AutoTokenizer
 
 from dgemma_lsp.engine.api import InfillContext
 from dgemma_lsp.engine.runtime.prompting import CURSOR_MARKER, PromptBuilder
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
+from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
 
 
 def builder(**extra_tokens) -> PromptBuilder:
-    tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_model())
+    tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_random_model())
     if extra_tokens:
         tokenizer.add_special_tokens({"additional_special_tokens": list(extra_tokens.values())})
     return PromptBuilder(tokenizer)

@@ -15,13 +15,13 @@ REQUEST = DenoiseRequest(
 @pytest.mark.parametrize("mode", ["int8", "int4", "fp8"])
 def test_second_start_loads_the_saved_quantized_weights_and_answers_the_same(mode, tmp_path, monkeypatch):
     monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path))
-    saved = quantized_cache_dir(resolve_model_folder("tiny"), mode)
+    saved = quantized_cache_dir(resolve_model_folder("tiny-random"), mode)
     assert not saved.exists()
 
-    first = DenoisingRuntime.load("tiny", quantization=mode)
+    first = DenoisingRuntime.load("tiny-random", quantization=mode)
     assert (saved / "quantization.json").is_file()
-    second = DenoisingRuntime.load("tiny", quantization=mode)
-    plain = DenoisingRuntime.load("tiny")
+    second = DenoisingRuntime.load("tiny-random", quantization=mode)
+    plain = DenoisingRuntime.load("tiny-random")
 
     assert second.memory_bytes < plain.memory_bytes
     answer = first.run(REQUEST)

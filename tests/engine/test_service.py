@@ -25,7 +25,7 @@ from dgemma_lsp.engine.runtime.service import (
     serving_cpu_threads,
     serving_engine_nice,
 )
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
+from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
 
 REQUEST = DenoiseRequest(
     context=InfillContext(prefix="x = ", suffix="\n", language="python"),
@@ -36,7 +36,7 @@ REQUEST = DenoiseRequest(
 @pytest.fixture
 def no_template_folder(tmp_path):
     """(folder, fix): a tiny model whose tokenizer has no chat template, and how to put it back."""
-    source = ensure_tiny_model()
+    source = ensure_tiny_random_model()
     folder = tmp_path / "no-template"
     shutil.copytree(source, folder)
     (folder / "chat_template.jinja").unlink()
@@ -125,7 +125,7 @@ def test_a_serving_engine_leaves_a_core_or_takes_the_threads_it_is_told(monkeypa
 def test_the_service_sets_torch_threads_when_it_loads():
     before = torch.get_num_threads()
     try:
-        service = InfillService("tiny", cpu_threads=1)
+        service = InfillService("tiny-random", cpu_threads=1)
         service.load()
         assert torch.get_num_threads() == 1
         assert service.denoise(REQUEST).candidates
@@ -149,7 +149,7 @@ def test_a_serving_engine_nices_its_cpu_thread_unless_told_otherwise(monkeypatch
 @pytest.mark.parametrize("engine_nice", [7, 0])
 def test_the_thread_that_denoises_on_the_cpu_gets_the_engine_nice_value(engine_nice):
     """Only the thread that ran the request: the caller's other threads keep their priority."""
-    service = InfillService("tiny", engine_nice=engine_nice)
+    service = InfillService("tiny-random", engine_nice=engine_nice)
     before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     seen: dict[str, int] = {}
 

@@ -26,7 +26,7 @@ from dgemma_lsp.engine.runtime.memory_plan import GIB, FitPlan, check_fit
 from dgemma_lsp.engine.runtime.quantization import QuantizedExperts, quantize_model
 from dgemma_lsp.engine.runtime.streaming import stream_load
 from dgemma_lsp.engine.runtime.text_model import TextOnlyDiffusionGemma, is_vision_key
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
+from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
 
 HERE = Path(__file__).parent
 
@@ -49,7 +49,7 @@ def _names(model) -> list[str]:
 def test_streamed_int4_matches_from_pretrained_then_quantize_without_the_vision_tower(chunk_bytes, monkeypatch):
     if chunk_bytes is not None:
         monkeypatch.setattr(streaming, "HOST_PACK_CHUNK_BYTES", chunk_bytes)
-    folder = ensure_tiny_model()
+    folder = ensure_tiny_random_model()
     reference = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32)
     quantize_model(reference, "int4")
 
@@ -72,7 +72,7 @@ def test_streamed_int4_matches_from_pretrained_then_quantize_without_the_vision_
 
 
 def test_plain_load_without_the_vision_tower_answers_like_the_full_model():
-    folder = ensure_tiny_model()
+    folder = ensure_tiny_random_model()
     full = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32)
     text_only = TextOnlyDiffusionGemma.from_pretrained(folder, dtype=torch.float32, device_map="cpu")
 
@@ -151,15 +151,15 @@ def test_packed_weights_of_an_older_format_are_rebuilt_not_read(tmp_path, monkey
     from dgemma_lsp.engine.runtime.quantization import SAVE_FORMAT_VERSION, saved_format_version
 
     monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path))
-    folder = ensure_tiny_model()
+    folder = ensure_tiny_random_model()
     old = loading.quantized_cache_dir(folder, "int4")
     old.mkdir(parents=True)
     (old / "quantization.json").write_text(json.dumps({"format_version": 1, "mode": "int4"}))
 
-    model, _, _ = loading.load_model_and_tokenizer("tiny", quantization="int4")
+    model, _, _ = loading.load_model_and_tokenizer("tiny-random", quantization="int4")
 
     assert model.loaded_from_packed_cache is False
     assert saved_format_version(old) == SAVE_FORMAT_VERSION
-    again, _, _ = loading.load_model_and_tokenizer("tiny", quantization="int4")
+    again, _, _ = loading.load_model_and_tokenizer("tiny-random", quantization="int4")
     assert again.loaded_from_packed_cache is True
     assert torch.equal(_logits(again), _logits(model))

@@ -1,20 +1,36 @@
-"""The built-in tiny model is built locally, deterministically, and cached."""
+"""The built-in tiny models: `tiny-random` is built locally, deterministically, and cached; `tiny` is
+the model trained on a CPU, shipped inside the package and loaded as it lies."""
 
+import json
+import subprocess
+import sys
+import unicodedata
+import zipfile
+from pathlib import Path
+
+import pytest
 import torch
 
-from dgemma_lsp.engine.runtime import tiny_model
+from dgemma_lsp.engine.errors import ModelNotFoundError
+from dgemma_lsp.engine.runtime import loading, tiny_model
+from dgemma_lsp.engine.training import ship
+
+REPO = Path(__file__).resolve().parents[2]
+RUN = REPO / "runs" / "tiny-code-cpu"
+SHIPPED_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
+                 "tokenizer_config.json", "chat_template.jinja", "corpus.json", "training.json"}
 
 
 def test_two_builds_are_identical_and_the_second_start_reuses_the_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path / "a"))
-    first = tiny_model.ensure_tiny_model()
+    first = tiny_model.ensure_tiny_random_model()
     assert first.is_relative_to(tmp_path / "a")
     built_at = (first / "model.safetensors").stat().st_mtime_ns
-    assert tiny_model.ensure_tiny_model() == first
+    assert tiny_model.ensure_tiny_random_model() == first
     assert (first / "model.safetensors").stat().st_mtime_ns == built_at
 
     monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path / "b"))
-    second = tiny_model.ensure_tiny_model()
+    second = tiny_model.ensure_tiny_random_model()
     assert (first / "tokenizer.json").read_text() == (second / "tokenizer.json").read_text()
     from safetensors.torch import load_file
 
@@ -26,3 +42,72 @@ def test_the_tokenizer_pins_gemma_special_ids():
     tokenizer = tiny_model.build_tiny_tokenizer()
     assert (tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.bos_token_id) == (0, 1, 2)
     assert len(tokenizer) <= 1021  # below the image/boi/eoi ids of the tiny config
+
+
+def test_tiny_loads_the_trained_weights_from_the_package_with_no_build_step(tmp_path, monkeypatch):
+    monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path / "cache"))
+    folder = loading.resolve_model_folder("tiny")
+    assert folder == tiny_model.shipped_tiny_dir() and folder.is_relative_to(REPO / "engine")
+    model, tokenizer, device = loading.load_model_and_tokenizer("tiny")
+    assert not (tmp_path / "cache").exists()  # nothing built, nothing cached
+    assert device == "cpu" and model.config.text_config.vocab_size > len(tiny_model.build_tiny_tokenizer())
+    assert tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
+                                         add_generation_prompt=True).endswith("<|turn>model\n")
+
+
+def test_the_shipped_model_names_every_source_its_licence_and_its_cost():
+    folder = tiny_model.shipped_tiny_dir()
+    assert {path.name for path in folder.iterdir()} == SHIPPED_FILES
+    assert sum(path.stat().st_size for path in folder.iterdir()) <= ship.MAX_SHIPPED_BYTES
+    corpus = json.loads((folder / "corpus.json").read_text())
+    assert len(corpus["sources"]) > 10
+    assert all(source["licence"].strip() and source["name"] for source in corpus["sources"])
+    record = json.loads((folder / "training.json").read_text())
+    assert record["cpuSeconds"] > 3600 and record["tokens"] > 10**6 and record["answerTokens"] > 10**5
+    held_out = set(record["recipe"]["data"]["heldOutSources"])
+    assert held_out and not held_out & {source["name"] for source in corpus["sources"]}
+
+
+def test_a_missing_shipped_model_is_a_one_line_error_naming_the_way_out(monkeypatch, tmp_path):
+    monkeypatch.setattr(tiny_model, "shipped_tiny_dir", lambda: tmp_path / "tiny")
+    with pytest.raises(ModelNotFoundError, match="--model tiny-random"):
+        loading.resolve_model_folder("tiny")
+
+
+def test_tiny_answers_with_printable_text_through_the_command_line():
+    done = subprocess.run(
+        [sys.executable, "-m", "dgemma_lsp.server.cli", "complete", f"{REPO / 'examples' / 'fib.py'}:8:12",
+         "--model", "tiny", "--seed", "1", "--json"],
+        capture_output=True, text=True, timeout=300, check=True,
+    )
+    (candidate, *_) = json.loads(done.stdout)["candidates"]
+    assert candidate["text"].strip()
+    assert not [ch for ch in candidate["text"] if unicodedata.category(ch) == "Cc" and ch not in "\t\n"]
+
+
+def test_ship_replaces_the_model_folder_with_a_snapshot_and_refuses_an_oversized_one(tmp_path, monkeypatch):
+    target = tmp_path / "tiny"
+    record = ship.ship(RUN, ship.snapshot_path(RUN, "checkpoint.pt"), target)
+    state = torch.load(RUN / "checkpoint.pt", weights_only=False, map_location="cpu")
+    assert record["steps"] == state["step"] and record["cpuSeconds"] == state["cpuSeconds"]
+    assert {path.name for path in target.iterdir()} == SHIPPED_FILES
+    model, _, _ = loading.load_model_and_tokenizer(str(target))
+    loaded = model.state_dict()["model.decoder.embed_tokens.weight"]
+    assert torch.equal(loaded, state["model"]["model.decoder.embed_tokens.weight"].to(torch.bfloat16).float())  # bf16 shipped
+
+    before = (target / "training.json").read_text()
+    monkeypatch.setattr(ship, "MAX_SHIPPED_BYTES", 1024)
+    with pytest.raises(ValueError, match="over the"):
+        ship.ship(RUN, ship.snapshot_path(RUN, "checkpoint.pt"), target)
+    assert (target / "training.json").read_text() == before and not (tmp_path / "tiny.new").exists()
+
+
+def test_the_wheel_carries_the_trained_model(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(REPO)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = {Path(name).name for name in zipfile.ZipFile(wheel).namelist() if "/runtime/data/tiny/" in name}
+    assert names == SHIPPED_FILES

@@ -17,7 +17,7 @@ async def test_the_window_is_rewritten_with_the_diffs_in_the_prompt():
     request = prepared.request
     assert "-def load(path, mode):\n+def load(filename, mode):\n" in request.recent_edits
     assert request.selection == text  # a four-line function: the window is all of it
-    service = InfillService("tiny")
+    service = InfillService("tiny-random")
     engine = InProcessEngineClient(service)
     try:
         result = await asyncio.wait_for(engine.denoise(request), 240)

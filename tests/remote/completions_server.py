@@ -101,7 +101,7 @@ class VerbatimPrompt:
 class CompletionsServer:
     """The tiny model behind the API subset, on 127.0.0.1, one model call at a time (one GPU)."""
 
-    def __init__(self, runtime, *, model: str = "tiny", api_key: str | None = None) -> None:
+    def __init__(self, runtime, *, model: str = "tiny-random", api_key: str | None = None) -> None:
         self.runtime = runtime
         self.model = model
         """The served name (vLLM's --served-model-name, else the checkpoint)."""
@@ -165,7 +165,7 @@ class CompletionsServer:
         self._httpd = None
 
     def reset(self) -> None:
-        self.model, self.root = "tiny", None
+        self.model, self.root = "tiny-random", None
         self.behaviour = Behaviour()
         self.counters = Counters()
         self.streaming.clear()

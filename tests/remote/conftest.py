@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "server"))
 
 @pytest.fixture(scope="session")
 def completions_server():
-    server = CompletionsServer(DenoisingRuntime.load("tiny"))
+    server = CompletionsServer(DenoisingRuntime.load("tiny-random"))
     server.start()
     yield server
     server.stop()

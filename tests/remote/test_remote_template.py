@@ -15,7 +15,7 @@ from dgemma_lsp.engine.api import InfillContext
 from dgemma_lsp.engine.errors import ModelNotFoundError
 from dgemma_lsp.engine.remote.template import layout_from_folder, load_layout
 from dgemma_lsp.engine.runtime.prompting import PromptLayout
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_model
+from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
 
 GEMMA3_STYLE = (
     "{{ bos_token }}"
@@ -37,7 +37,7 @@ CONTEXT = InfillContext(prefix="def f(x):\n    return ", suffix="\n", language="
 
 
 def saved_tokenizer(folder, template: str | None = None, fim: bool = False):
-    tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_model())
+    tokenizer = AutoTokenizer.from_pretrained(ensure_tiny_random_model())
     if template is not None:
         tokenizer.chat_template = template
     if fim:

@@ -15,13 +15,13 @@ from test_vllm_client import request, started
 
 from dgemma_lsp.engine.client import EngineUnavailableError
 from dgemma_lsp.engine.runtime.prompting import PromptBuilder
-from dgemma_lsp.engine.runtime.tiny_model import tiny_model_dir
+from dgemma_lsp.engine.runtime.tiny_model import tiny_random_dir
 
 ALIAS = "team-coder"
 
 
 async def test_a_served_name_finds_its_template_through_the_root_the_server_lists(server: CompletionsServer):
-    server.model, server.root = ALIAS, str(tiny_model_dir())
+    server.model, server.root = ALIAS, str(tiny_random_dir())
     watched = await started(server, model=ALIAS)
     try:
         await watched.reaches("ready", "error")
@@ -61,7 +61,7 @@ async def test_a_card_whose_root_is_the_name_itself_is_an_error_naming_the_token
 
 async def test_the_tokenizer_option_points_at_the_template(server: CompletionsServer):
     server.model = ALIAS
-    watched = await started(server, model=ALIAS, tokenizer=str(tiny_model_dir()))
+    watched = await started(server, model=ALIAS, tokenizer=str(tiny_random_dir()))
     try:
         await watched.reaches("ready", "error")
         assert watched.client.status().state == "ready", watched.client.status().message

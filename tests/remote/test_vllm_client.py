@@ -27,7 +27,7 @@ from dgemma_lsp.engine.remote.vllm_client import (
     VllmEngineClient,
 )
 from dgemma_lsp.engine.runtime.prompting import PromptBuilder
-from dgemma_lsp.engine.runtime.tiny_model import tiny_model_dir
+from dgemma_lsp.engine.runtime.tiny_model import tiny_random_dir
 
 CONTEXT = InfillContext(
     prefix="import math\n\ndef area(radius):\n    return ", suffix="\n\nprint(area(2.0))\n", language="python"
@@ -66,7 +66,7 @@ class Watched:
         )
 
 
-async def started(server: CompletionsServer, model: str = "tiny", **options) -> Watched:
+async def started(server: CompletionsServer, model: str = "tiny-random", **options) -> Watched:
     options.setdefault("timeouts", Timeouts(connect=5.0, read=WAIT, total=WAIT))
     options.setdefault("backoff", Backoff(first=0.1, most=0.5))
     watched = Watched(VllmEngineClient(server.url, model, **options))
@@ -98,7 +98,7 @@ async def test_the_prompt_is_the_prompt_builders_text(server: CompletionsServer,
     assert body["prompt"] == builder.layout.text(CONTEXT).all
     assert server.runtime.tokenizer(body["prompt"], add_special_tokens=False)["input_ids"] == builder.build(CONTEXT).all
     assert body["add_special_tokens"] is False  # the template's <bos> is in the text: never a second one
-    assert (body["model"], body["n"], body["max_tokens"], body["stream"]) == ("tiny", 1, 32, True)
+    assert (body["model"], body["n"], body["max_tokens"], body["stream"]) == ("tiny-random", 1, 32, True)
     assert "suffix" not in body  # vLLM rejects it for DiffusionGemma
 
 
@@ -291,7 +291,7 @@ async def test_the_api_key_is_sent_as_a_bearer_token(server: CompletionsServer):
 
 
 async def test_a_model_the_server_does_not_serve_is_an_error(server: CompletionsServer):
-    watched = await started(server, model=str(tiny_model_dir()))  # right tokenizer, wrong served name
+    watched = await started(server, model=str(tiny_random_dir()))  # right tokenizer, wrong served name
     try:
         await watched.reaches("error")
         assert watched.client.status().message
@@ -302,7 +302,7 @@ async def test_a_model_the_server_does_not_serve_is_an_error(server: Completions
 
 
 async def test_an_engine_url_that_is_no_http_url_is_an_error_not_a_crash():
-    watched = Watched(VllmEngineClient("ftp://gpu-box/v1", "tiny"))
+    watched = Watched(VllmEngineClient("ftp://gpu-box/v1", "tiny-random"))
     await watched.client.start()
     try:
         await watched.reaches("error")

@@ -29,7 +29,7 @@ SESSIONS = 8
 
 def command(url: str) -> list[str]:
     return [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--engine", "vllm",
-            "--engine-url", url, "--model", "tiny"]
+            "--engine-url", url, "--model", "tiny-random"]
 
 
 async def open_session(url: str) -> LanguageClient:

@@ -23,7 +23,7 @@ async def test_a_next_edit_over_vllm_sends_the_window_and_the_diffs(server: Comp
     text = BEFORE[:at] + "radius" + BEFORE[at + 1:]
     prepared = prepare_next_edit(SyntaxDocument(text, "python"), at + 6, log, 0.5,
                                  GenerationSettings(max_tokens=64, seed=2), path="area.py")
-    client = VllmEngineClient(server.url, "tiny")
+    client = VllmEngineClient(server.url, "tiny-random")
     await client.start()
     try:
         result = await asyncio.wait_for(client.denoise(prepared.request), 120)

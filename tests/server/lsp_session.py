@@ -1,4 +1,4 @@
-"""Shared helpers for the language-server tests (imported as `lsp_session`): a real `dgemma-lsp --stdio --model tiny`
+"""Shared helpers for the language-server tests (imported as `lsp_session`): a real `dgemma-lsp --stdio --model tiny-random`
 driven by pytest-lsp's client, which also records our custom notifications and answers
 `workspace/applyEdit` and `client/registerCapability` like an editor would.
 
@@ -30,7 +30,7 @@ FAST = {"steps": 2, "maxTokens": 32, "seed": 7, "earlyStop": False, "debounceMs"
 
 
 def server_command(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", "tiny", "--engine", "inprocess", *extra]
+    return [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", "tiny-random", "--engine", "inprocess", *extra]
 
 
 def recording_client() -> LanguageClient:

@@ -1,6 +1,6 @@
 """An inline completion's answer goes out before the status change its engine run caused.
 
-A real `dgemma-lsp --stdio --model tiny` (the in-process engine, and the resident daemon),
+A real `dgemma-lsp --stdio --model tiny-random` (the in-process engine, and the resident daemon),
 driven by the benchmark's lean JSON-RPC client, whose every decoded message is noted in the
 order it came off the pipe. The engine reports "ready" as it hands over the result the answer
 is made from; the server holds that `dgemma/status` until the answer is written, then sends
@@ -36,7 +36,7 @@ async def _session(tmp_path: Path, monkeypatch, *extra: str) -> tuple[list[tuple
 
     client._dispatch = noting
     monkeypatch.setenv(STATS_FILE_ENV, str(stats))  # the server's own stats file
-    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", "tiny", *extra]
+    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "--stdio", "--model", "tiny-random", *extra]
     ready = asyncio.Event()
     client.on("dgemma/status", lambda params: params["state"] == "ready" and ready.set())
     await client.start(*command)

@@ -1,6 +1,6 @@
 """A closed document leaves nothing behind but bounded caches (counted, never timed).
 
-A real `dgemma-lsp --stdio --model tiny` gets documents one after another, each opened,
+A real `dgemma-lsp --stdio --model tiny-random` gets documents one after another, each opened,
 edited, completed and closed, as over a day of editing. `dgemma.serverStats` reports what
 the server retains: no open document, no scheduler job, completion-cache entries within
 its capacity, no object of the closed documents (OpenDocument, LineIndex, SyntaxDocument)

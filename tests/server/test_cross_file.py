@@ -1,4 +1,4 @@
-"""Cross-file context over LSP: a real `dgemma-lsp --stdio --model tiny` on a real multi-file workspace.
+"""Cross-file context over LSP: a real `dgemma-lsp --stdio --model tiny-random` on a real multi-file workspace.
 
 The server indexes the workspace in the background; an inline completion in `report.py` then
 carries the definition of the class it imports from `models.py` in its prompt (read back with

@@ -1,4 +1,4 @@
-"""`dgemma/definitions` over LSP: a real `dgemma-lsp --stdio --model tiny` and a real LSP client that answers it.
+"""`dgemma/definitions` over LSP: a real `dgemma-lsp --stdio --model tiny-random` and a real LSP client that answers it.
 
 The client plays the editor: it advertises `experimental.dgemmaDefinitions`, and answers each
 position with the definition the "other language servers" found, read from files on disk: a

@@ -9,7 +9,7 @@ What the editors get must line up with their buffer to the character:
   "\\r" (LSP counts it as a line break, editors keep it inside the line, and from then
   on the server's line numbers and the editor's disagree).
 
-A real `dgemma-lsp --stdio --model tiny`, one per encoding; the tiny model writes random
+A real `dgemma-lsp --stdio --model tiny-random`, one per encoding; the tiny model writes random
 tokens, line breaks among them, so the checks are on every text it sends.
 """
 

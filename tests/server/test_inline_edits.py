@@ -1,4 +1,4 @@
-"""Next-edit suggestions over stdio: `dgemma-lsp --stdio --model tiny` driven by a real LSP client.
+"""Next-edit suggestions over stdio: `dgemma-lsp --stdio --model tiny-random` driven by a real LSP client.
 
 The tiny model writes noise, so what its answer proposes is not judged here (the torch-free
 pipeline is, on true next edits, in tests/nextedit); what is: the capability, the answer's shape

@@ -52,7 +52,7 @@ class PriorityNotingEngine:
     """The real in-process engine; notes each request's priority, then hands it on."""
 
     def __init__(self) -> None:
-        self.engine = InProcessEngineClient(InfillService("tiny"))
+        self.engine = InProcessEngineClient(InfillService("tiny-random"))
         self.priorities: list[int] = []
 
     async def denoise(self, request, on_draft=None):

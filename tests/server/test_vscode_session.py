@@ -1,4 +1,4 @@
-"""One `dgemma-lsp --stdio --model tiny` session with VS Code's recorded capabilities (UTF-16),
+"""One `dgemma-lsp --stdio --model tiny-random` session with VS Code's recorded capabilities (UTF-16),
 drafts and status opted in: capabilities, inline completion around non-BMP text, drafts,
 latest-wins and explicit cancellation under a burst, rewrite code action + resolve, settings
 changes, and every error path. Each test opens its own document."""

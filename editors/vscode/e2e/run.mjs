@@ -1,5 +1,5 @@
 // Real-editor test of the extension: VS Code (code-server) in headless Chromium,
-// driven by playwright-core, against the real `dgemma-lsp --stdio --model tiny`.
+// driven by playwright-core, against the real `dgemma-lsp --stdio --model tiny-random`.
 //
 // Owns the scenarios and their assertions; e2e.sh installs the tools, builds and
 // installs the .vsix and prepares the run folder. The tiny model writes random

@@ -1,0 +1,77 @@
+"""`python -m dgemma_lsp.engine.training.ship RUN_DIR [--snapshot FILE]`: a run's snapshot becomes `--model tiny`.
+
+The snapshot is exported (train.export: bf16 weights, tokenizer, the corpus manifest with every
+source's licence, and a training record with the CPU-seconds and tokens it cost) into a model
+folder. `export_snapshot` is shared with bench/tiny_code.py, which scores snapshots the same
+way; `ship` writes into the package's data/tiny/ (runtime/tiny_model.py loads it from there),
+replacing what was there only once the new folder is complete. Knows torch and transformers;
+knows nothing of LSP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+MAX_SHIPPED_BYTES = 30 * 1024 * 1024
+"""Issue 28: the package's weights stay small enough to ship in the wheel."""
+
+
+def export_snapshot(run_dir: Path, snapshot: Path, folder: Path) -> dict:
+    """Write `snapshot` of the run as a loadable model folder; returns its training record."""
+    from .train import export
+    from .validation import load_weights
+
+    model, tokenizer, recipe, state = load_weights(run_dir, snapshot)
+    record = {"recipe": recipe, "snapshot": snapshot.name, "steps": state["step"], "tokens": state["tokens"],
+              "cpuSeconds": state.get("cpuSeconds"), "answerTokens": state.get("answerTokens")}
+    export(model, tokenizer, folder, record, run_dir / "corpus.json")
+    return record
+
+
+def ship(run_dir: Path, snapshot: Path, target: Path) -> dict:
+    """Replace the model folder `target` with `snapshot` of the run; refuses one over MAX_SHIPPED_BYTES."""
+    staging = target.with_name(target.name + ".new")
+    shutil.rmtree(staging, ignore_errors=True)
+    record = export_snapshot(run_dir, snapshot, staging)
+    size = sum(path.stat().st_size for path in staging.iterdir())
+    if size > MAX_SHIPPED_BYTES:
+        shutil.rmtree(staging)
+        raise ValueError(f"{snapshot} exports to {size / 2**20:.1f} MiB, over the {MAX_SHIPPED_BYTES / 2**20:.0f} MiB "
+                         "a shipped model may take")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return record
+
+
+def snapshot_path(run_dir: Path, name: str | None) -> Path:
+    """`name` of RUN_DIR/snapshots (the newest when None), or `checkpoint.pt` (the run's latest state)."""
+    if name == "checkpoint.pt":
+        return run_dir / name
+    if name is not None:
+        return run_dir / "snapshots" / name
+    snapshots = sorted((run_dir / "snapshots").glob("cpu-*.pt"))
+    if not snapshots:
+        raise FileNotFoundError(f"{run_dir}/snapshots has no cpu-*.pt")
+    return snapshots[-1]
+
+
+def main(argv=None) -> int:
+    from ..runtime.tiny_model import shipped_tiny_dir
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--snapshot", help="a file of RUN_DIR/snapshots (default: the newest), or checkpoint.pt")
+    parser.add_argument("--to", type=Path, help="the model folder to replace (default: the package's `tiny`)")
+    args = parser.parse_args(argv)
+    record = ship(args.run_dir, snapshot_path(args.run_dir, args.snapshot), args.to or shipped_tiny_dir())
+    summary = {key: record[key] for key in ("snapshot", "steps", "tokens", "cpuSeconds", "answerTokens")}
+    sys.stderr.write(f"shipped to {args.to or shipped_tiny_dir()}: {json.dumps(summary)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -97,7 +97,8 @@ class CausalReader:
         return as_model_output(text.translate(CONTROL_CHARACTERS))  # as the runtime decodes an answer
 
 
-def simple_holes(model: str, *, candidates: int = 3, seed: int = 0, steps=None, causal: bool = False) -> dict:
+def simple_holes(model: str, *, candidates: int = 3, seed: int = 0, steps=None, causal: bool = False,
+                 layout: str | None = None) -> dict:
     """Share of SIMPLE_HOLES with an accepted answer among `candidates`, what was written, and parse share.
 
     `causal`: the weights' greedy left-to-right answer (CausalReader), one candidate."""
@@ -107,7 +108,7 @@ def simple_holes(model: str, *, candidates: int = 3, seed: int = 0, steps=None, 
 
     service = _infiller(model, causal)
     candidates = 1 if causal else candidates
-    settings = GenerationSettings(candidates=candidates, seed=seed, max_tokens=32, steps=steps)
+    settings = GenerationSettings(candidates=candidates, seed=seed, max_tokens=32, steps=steps, prompt_layout=layout)
     accepted, parsed, written = 0, 0, []
     for prefix, suffix, answers in SIMPLE_HOLES:
         doc = SyntaxDocument(prefix + suffix, "python")
@@ -172,9 +173,10 @@ def _infiller(model: str, causal: bool):
 
 
 def line_completion(model: str | None, count: int = 100, *, held_out: tuple[str, ...] = HELD_OUT, seed: int = 0,
-                    truth: bool = False, causal: bool = False) -> dict:
+                    truth: bool = False, causal: bool = False, layout: str | None = None) -> dict:
     """Exact match and edit similarity of the top candidate on `count` held-out line holes.
 
+    `layout`: the prompt layout (None: the model's own, prompting.MODEL_LAYOUT_KEY).
     `truth`: no model; the true rest of the line goes through the pipeline in the model's place.
     `causal`: the weights' greedy left-to-right answer (CausalReader) in the model's place."""
     from dgemma_lsp.engine.api import GenerationSettings
@@ -184,7 +186,7 @@ def line_completion(model: str | None, count: int = 100, *, held_out: tuple[str,
     from .oracle import as_model_output
 
     service = None if truth else _infiller(model, causal)
-    settings = GenerationSettings(candidates=1, seed=seed, max_tokens=32)
+    settings = GenerationSettings(candidates=1, seed=seed, max_tokens=32, prompt_layout=layout)
     matched, similarity, parsed, written = 0, 0.0, 0, []
     holes = line_holes(count, held_out)
     for text, start, end in holes:
@@ -232,6 +234,8 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=None, help="denoising steps for the simple holes")
     parser.add_argument("--lines", type=int, default=100, help="held-out line holes (0: none)")
+    parser.add_argument("--layout", choices=("natural", "suffix-first"),
+                        help="prompt layout of the simple and line holes (default: the model's own)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     started = time.process_time()
@@ -245,11 +249,13 @@ def main(argv=None) -> int:
         folder, record = export_snapshot(args.run_dir, chosen)
         model = str(folder)
         held_out = tuple(record["recipe"]["data"].get("heldOutSources") or HELD_OUT)
-    line = {**{k: v for k, v in record.items() if k != "recipe"},
-            "simple": simple_holes(model, steps=args.steps),
-            "lineCompletion": line_completion(model, args.lines, held_out=held_out) if args.lines else None,
-            "simpleCausal": simple_holes(model, causal=True),
-            "lineCompletionCausal": line_completion(model, args.lines, held_out=held_out, causal=True)
+    layout = args.layout
+    line = {**{k: v for k, v in record.items() if k != "recipe"}, "layout": layout or "the model's own",
+            "simple": simple_holes(model, steps=args.steps, layout=layout),
+            "lineCompletion": line_completion(model, args.lines, held_out=held_out, layout=layout)
+            if args.lines else None,
+            "simpleCausal": simple_holes(model, causal=True, layout=layout),
+            "lineCompletionCausal": line_completion(model, args.lines, held_out=held_out, causal=True, layout=layout)
             if args.lines else None,
             "humanevalSingleLine": humaneval_single_line(model, args.sample) if args.sample else None,
             "measureCpuSeconds": round(time.process_time() - started, 1),

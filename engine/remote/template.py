@@ -28,6 +28,7 @@ from ..errors import ModelNotFoundError
 from ..runtime.loading import DEFAULT_MODEL_ID
 from ..runtime.prompting import (
     FIM_TOKEN_SETS,
+    MODEL_LAYOUT_KEY,
     TEMPLATE_PLACEHOLDER,
     PromptLayout,
     find_fim_tokens,
@@ -98,7 +99,7 @@ def layout_from_folder(folder: Path) -> PromptLayout:
         **variables,
     )
     head, tail = split_rendered_template(rendered)
-    return PromptLayout(head, tail, find_fim_tokens(_token_names(folder, config)))
+    return PromptLayout(head, tail, find_fim_tokens(_token_names(folder, config)), config.get(MODEL_LAYOUT_KEY))
 
 
 def render_chat_template(template: str, **variables) -> str:

@@ -13,7 +13,10 @@ vocabulary has no FIM tokens:
 - "suffix-first": the code after the cursor's line first, then the file up to the
   marker, then the rest of the cursor's line. Everything but the cursor's line is in
   the stable part, so a keystroke re-encodes a few tokens instead of the whole suffix.
-When a tokenizer does have FIM tokens, the PSM form is used instead.
+When a tokenizer does have FIM tokens, the PSM form is used instead. The `promptLayout`
+setting chooses; left unset, a model folder may name the layout it reads best
+(`dgemma_prompt_layout` in its tokenizer_config.json: the shipped `tiny` says suffix-first),
+else "natural".
 Snippets from other files (`InfillContext.cross_file`) come first, each file's under its
 path, right after the instruction: inside the stable part, so a keystroke keeps them cached
 (with FIM tokens: as line comments before the code).
@@ -54,6 +57,8 @@ SUFFIX_FIRST_BEFORE = "\n\nThe file up to {marker} and the rest of its line:\n\n
 
 PROMPT_LAYOUTS = ("natural", "suffix-first")
 DEFAULT_PROMPT_LAYOUT = "natural"
+MODEL_LAYOUT_KEY = "dgemma_prompt_layout"
+"""tokenizer_config.json's key for a model's own default layout (one of PROMPT_LAYOUTS)."""
 
 CROSS_FILE_HEAD = "\n\nCode from other files of the workspace, for reference:"
 CROSS_FILE_BLOCK = "\n\nFrom {path}:\n\n{fence}\n{text}\n```"
@@ -100,10 +105,13 @@ class PromptLayout:
     loaded tokenizer and encodes the text. Both therefore send the same prompt.
     """
 
-    def __init__(self, template_head: str, template_tail: str, fim_tokens: tuple[str, str, str] | None = None):
+    def __init__(self, template_head: str, template_tail: str, fim_tokens: tuple[str, str, str] | None = None,
+                 default_layout: str | None = None):
         self.template_head = template_head
         self.template_tail = template_tail
         self.fim_tokens = fim_tokens
+        self.default_layout = default_layout if default_layout in PROMPT_LAYOUTS else DEFAULT_PROMPT_LAYOUT
+        """The layout of a request that names none: the model's own (MODEL_LAYOUT_KEY), else natural."""
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> PromptLayout:
@@ -113,7 +121,8 @@ class PromptLayout:
                 [{"role": "user", "content": TEMPLATE_PLACEHOLDER}], add_generation_prompt=True, tokenize=False
             )
         )
-        return cls(head, tail, find_fim_tokens(tokenizer.get_vocab()))
+        return cls(head, tail, find_fim_tokens(tokenizer.get_vocab()),
+                   getattr(tokenizer, "init_kwargs", {}).get(MODEL_LAYOUT_KEY))
 
     def text(
         self, context: InfillContext, *, rewrite: bool = False, original: str | None = None, layout: str | None = None,
@@ -121,7 +130,7 @@ class PromptLayout:
     ) -> PromptText:
         """The prompt text; `original` (a rewrite's selection as it is now) is shown after the file.
 
-        `layout` is one of PROMPT_LAYOUTS (None: DEFAULT_PROMPT_LAYOUT); a rewrite is always natural.
+        `layout` is one of PROMPT_LAYOUTS (None: the model's default_layout); a rewrite is always natural.
         `edits` (a rewrite only: the recent edits as diffs) makes it a next edit: the instruction asks
         for the change that follows them, and they are shown before the file.
         """
@@ -142,7 +151,7 @@ class PromptLayout:
         instruction += cross_file_text(context.cross_file, fence)
         if next_edit:
             instruction += RECENT_EDITS.format(diffs=edits or "(none)\n")
-        if (layout or DEFAULT_PROMPT_LAYOUT) == "suffix-first" and not rewrite:
+        if (layout or self.default_layout) == "suffix-first" and not rewrite:
             # The cursor's line stays whole in the tail; what is after it leads the stable part.
             rest_of_line, newline, after = context.suffix.partition("\n")
             shown_after = SUFFIX_FIRST_AFTER.format(marker=CURSOR_MARKER, fence=fence, after=after) if newline else ""

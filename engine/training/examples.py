@@ -63,12 +63,15 @@ class ExampleMaker:
     """Turns code files into Examples for one tokenizer and canvas length."""
 
     def __init__(self, tokenizer, canvas_length: int, *, max_prompt_tokens: int, context_tokens=(64, 512),
-                 suffix_first_share: float = 0.0, kind_weights: dict[str, float] | None = None):
+                 suffix_first_share: float = 0.0, kind_weights: dict[str, float] | None = None,
+                 layout: str | None = None):
         self.tokenizer = tokenizer
         self.kind_weights = KIND_WEIGHTS if kind_weights is None else tuple(kind_weights.get(k, 0.0) for k in KINDS)
         assert sum(self.kind_weights) > 0, f"kindWeights names none of {KINDS}"
         self.suffix_first_share = suffix_first_share
         """Share of examples laid out suffix-first (prompting.PROMPT_LAYOUTS), the rest natural."""
+        self.layout = layout
+        """Every example in this layout, with no draw (validation compares layouts on the same holes)."""
         self.builder = PromptBuilder(tokenizer)
         self.canvas_length = canvas_length
         self.max_prompt_tokens = max_prompt_tokens
@@ -100,8 +103,12 @@ class ExampleMaker:
         budget = rng.randint(*self.context_tokens)
         prepared = prepare_infill(around, hole.start, GenerationSettings(), budget_tokens=budget)
         # No draw when every example is natural: a recipe without the mix keeps its exact stream.
-        suffix_first = self.suffix_first_share > 0 and rng.random() < self.suffix_first_share
-        prompt_ids = self.builder.build(prepared.context, layout="suffix-first" if suffix_first else "natural").all
+        if self.layout is not None:
+            layout = self.layout
+        else:
+            suffix_first = self.suffix_first_share > 0 and rng.random() < self.suffix_first_share
+            layout = "suffix-first" if suffix_first else "natural"
+        prompt_ids = self.builder.build(prepared.context, layout=layout).all
         if len(prompt_ids) > self.max_prompt_tokens:
             return None
         canvas = middle_ids + [self.end_id]

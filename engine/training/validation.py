@@ -19,8 +19,10 @@ the decoder from pure noise got the first token nearly as often as the causal re
 against 30%.)
 
 `python -m dgemma_lsp.engine.training.validation RUN_DIR...` scores every snapshot of each
-run not yet scored and appends to RUN_DIR/validation.jsonl. Knows torch and the training
-modules; knows nothing of LSP.
+run not yet scored and appends to RUN_DIR/validation.jsonl; `--layout suffix-first` scores the
+same holes laid out suffix-first into RUN_DIR/validation-suffix-first.jsonl (the recipes train on
+both: which one the weights read better is issue 28's prompt-layout question). Knows torch and the
+training modules; knows nothing of LSP.
 """
 
 from __future__ import annotations
@@ -41,8 +43,11 @@ NOISE_LEVELS = (1.0, 0.5)
 
 
 def validation_examples(tokenizer, canvas_length: int, held_out: tuple[str, ...], count: int = 300,
-                        languages=("python",)):
-    """`count` examples from the held-out sources' files, the same for one tokenizer every time."""
+                        languages=("python",), layout: str = "natural"):
+    """`count` examples from the held-out sources' files, the same for one tokenizer every time.
+
+    `layout`: the prompt layout; the holes are the same in both (no draw decides the layout), unless
+    a prompt over MAX_PROMPT_TOKENS in one layout and not the other shifts the stream (main reports it)."""
     from .corpus import collect
     from .examples import ExampleMaker
 
@@ -50,7 +55,7 @@ def validation_examples(tokenizer, canvas_length: int, held_out: tuple[str, ...]
     files, _ = collect(8_000_000, VALIDATION_SEED, languages=languages, only=held_out)
     assert files, f"no files of the held-out sources {held_out} on this machine"
     maker = ExampleMaker(tokenizer, canvas_length, max_prompt_tokens=MAX_PROMPT_TOKENS,
-                         context_tokens=CONTEXT_TOKENS, kind_weights=KIND_WEIGHTS)
+                         context_tokens=CONTEXT_TOKENS, kind_weights=KIND_WEIGHTS, layout=layout)
     examples, index = [], 0
     while len(examples) < count and index < 50 * count:
         rng = random.Random(VALIDATION_SEED * 1_000_003 + index)
@@ -162,11 +167,13 @@ def main(argv=None) -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--latest", action="store_true", help="score only the newest snapshot of each run")
     parser.add_argument("--upto", type=float, help="score only snapshots of at most this many CPU-seconds")
+    parser.add_argument("--layout", choices=("natural", "suffix-first"), default="natural",
+                        help="the prompt layout of the holes (suffix-first: into validation-suffix-first.jsonl)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    cached = {}
+    cached, same = {}, {}
     for run_dir in args.run_dirs:
-        out = run_dir / "validation.jsonl"
+        out = run_dir / ("validation.jsonl" if args.layout == "natural" else f"validation-{args.layout}.jsonl")
         done = {json.loads(line)["snapshot"] for line in out.read_text().splitlines()} if out.exists() else set()
         snapshots = sorted((run_dir / "snapshots").glob("cpu-*.pt"))
         if args.upto is not None:
@@ -178,9 +185,14 @@ def main(argv=None) -> int:
             model, tokenizer, recipe, state = load_weights(run_dir, snapshot)
             key = (str((run_dir / "tokenizer" / "tokenizer.json").read_bytes().__hash__()), recipe["model"]["canvas"])
             if key not in cached:
-                cached[key] = validation_examples(tokenizer, recipe["model"]["canvas"],
-                                                  tuple(recipe["data"]["heldOutSources"]), args.holes)
+                holes = (tokenizer, recipe["model"]["canvas"], tuple(recipe["data"]["heldOutSources"]), args.holes)
+                cached[key] = validation_examples(*holes, layout=args.layout)
+                if args.layout != "natural":  # how many are the natural layout's holes, in order
+                    natural = validation_examples(*holes)
+                    same[key] = sum(a.middle == b.middle for a, b in zip(natural, cached[key], strict=True))
             figures = score(model, cached[key], tokenizer.pad_token_id, end_of_turn_id(tokenizer))
+            if key in same:
+                figures["sameHolesAsNatural"] = same[key]
             line = {"snapshot": snapshot.name, "cpuSeconds": round(state["cpuSeconds"], 1), "step": state["step"],
                     "answerTokens": state["answerTokens"], **figures,
                     "scoreCpuSeconds": round(time.process_time() - started, 1)}

@@ -91,3 +91,25 @@ def test_the_layout_setting_reaches_the_engine_and_bad_values_are_refused():
     assert not problems and settings.generation(1).prompt_layout == "suffix-first"
     settings, problems = decode_settings({"promptLayout": "backwards"})
     assert problems and settings.prompt_layout == ServerSettings().prompt_layout
+
+
+def test_a_model_folder_may_name_the_layout_it_reads_best(tmp_path):
+    """`dgemma_prompt_layout` in tokenizer_config.json is the layout of a request that names none, in the
+    runtime's builder and in a remote engine's layout alike; a request's own layout still wins."""
+    import json
+    import shutil
+
+    from dgemma_lsp.engine.remote.template import layout_from_folder
+
+    context = InfillContext(prefix="def f(x):\n    y = ", suffix="\n    return y\n", language="python")
+    folder = tmp_path / "model"
+    shutil.copytree(ensure_tiny_random_model(), folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    plain = PromptBuilder(AutoTokenizer.from_pretrained(folder))
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "dgemma_prompt_layout": "suffix-first"}))
+    named = PromptBuilder(AutoTokenizer.from_pretrained(folder))
+    assert named.layout.text(context) == plain.layout.text(context, layout="suffix-first") != plain.layout.text(context)
+    assert named.layout.text(context, layout="natural") == plain.layout.text(context)
+    assert layout_from_folder(folder).text(context) == named.layout.text(context)
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "dgemma_prompt_layout": "sideways"}))
+    assert PromptBuilder(AutoTokenizer.from_pretrained(folder)).layout.text(context) == plain.layout.text(context)

@@ -64,6 +64,8 @@ def test_the_shipped_model_names_every_source_its_licence_and_its_cost():
     assert all(source["licence"].strip() and source["name"] for source in corpus["sources"])
     record = json.loads((folder / "training.json").read_text())
     assert record["cpuSeconds"] > 3600 and record["tokens"] > 10**6 and record["answerTokens"] > 10**5
+    # Suffix-first unless a request names a layout (ship.PROMPT_LAYOUT says why).
+    assert json.loads((folder / "tokenizer_config.json").read_text())["dgemma_prompt_layout"] == "suffix-first"
     held_out = set(record["recipe"]["data"]["heldOutSources"])
     assert held_out and not held_out & {source["name"] for source in corpus["sources"]}
 

@@ -260,3 +260,17 @@ def test_a_recipe_can_mix_in_the_suffix_first_layout(tokenizer):
     assert 5 <= len(suffix_first) <= 35  # about half, where the hole has code after its line
     assert not [e for seed in range(40) if (e := natural.make(file, random.Random(seed)))
                 and "The code after the line" in tokenizer.decode(e.prompt_ids)]
+
+
+def test_a_forced_layout_cuts_the_same_holes_as_the_natural_one(tokenizer):
+    """Validation compares the layouts on the same holes: forcing one draws nothing from the hole's RNG."""
+    file = CodeFile(source="sample", path="sample.py", language="python", text=SAMPLE)
+    natural = ExampleMaker(tokenizer, 32, max_prompt_tokens=512, context_tokens=(64, 256))
+    forced = ExampleMaker(tokenizer, 32, max_prompt_tokens=512, context_tokens=(64, 256), layout="suffix-first")
+    pairs = [(natural.make(file, random.Random(seed)), forced.make(file, random.Random(seed))) for seed in range(40)]
+    pairs = [(a, b) for a, b in pairs if a is not None]
+    assert len(pairs) >= 30 and all(b is not None and (a.middle, a.canvas_ids) == (b.middle, b.canvas_ids)
+                                    for a, b in pairs)
+    laid_out = [tokenizer.decode(b.prompt_ids) for _, b in pairs]
+    assert sum("The code after the line with <CURSOR>" in text for text in laid_out) >= 5
+    assert sum(a.prompt_ids != b.prompt_ids for a, b in pairs) >= 5

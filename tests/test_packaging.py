@@ -1,0 +1,27 @@
+"""The wheel carries what the package reads at run time: HumanEval's data and licence, and the trained tiny model."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+from dgemma_lsp.bench import humaneval
+from dgemma_lsp.engine.runtime import tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_carries_the_data_files(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+         str(REPO)],
+        check=True, capture_output=True, timeout=300,
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+
+    def shipped(folder: str) -> set[str]:
+        return {Path(name).name for name in names if f"/{folder}/" in name}
+
+    assert {*humaneval.SUBSETS.values(), "LICENSE"} <= shipped("bench/data")
+    assert shipped("runtime/data/tiny") == {path.name for path in tiny_model.shipped_tiny_dir().iterdir()}

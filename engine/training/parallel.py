@@ -1,10 +1,11 @@
 """Data-parallel training on one machine's cores: W processes of one torch thread, one batch split between them.
 
-Why: on the 2-core development machine one process at 2 torch threads runs a step of the long
-run's recipe 1.5x faster than at 1 thread, for 1.33x the CPU-seconds; two processes of one thread,
-each with half the batch, run it 1.9x faster for the same CPU-seconds (session 44: 1.44 s a step at
-1 thread, 0.96 s at 2, 0.70-0.80 s for each of two concurrent half batches). torch.distributed's
-gloo backend carries one all-reduce of the flattened gradients a step and the step's counters.
+Why: on the 2-core development machine the long run's recipe took 1.43-1.62 CPU-s (and wall
+seconds) a step in one process of one thread; in two ranks it takes 0.84-1.08 wall seconds a step
+for 1.5-2.0 CPU-s (session 44, bench/RESULTS.md): 1.5-1.8x the steps an hour, for up to a fifth
+more CPU a step. (Two threads in one process: 1.5x for a third more, before the examples, which
+one thread cuts.) torch.distributed's gloo backend carries one all-reduce of the flattened
+gradients a step and the step's counters.
 DistributedDataParallel is not used: the objective calls the model's encoder and decoder directly,
 around the forward hooks DDP relies on.
 

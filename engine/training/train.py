@@ -10,8 +10,8 @@ RUN_DIR/model`), with the manifest and the training record beside the weights.
 
 Cost is counted in CPU-seconds of the training processes (`time.process_time`, summed over every
 rank and every session of the run), not wall time: the machine is shared. `--procs N` trains in N
-data-parallel processes of one thread each (parallel.py: on 2 cores, 1.9x the steps an hour of
-one process, for the same CPU-seconds a step). The checkpoint keeps the CPU-seconds
+data-parallel processes of one thread each (parallel.py: on 2 cores, 1.5-1.8x the steps an hour
+of one process, for up to a fifth more CPU-seconds a step). The checkpoint keeps the CPU-seconds
 and the answer tokens the decoder has been trained on; `log.jsonl` gets one line per
 checkpoint (step, CPU-seconds, tokens, answer tokens, the window's mean losses), and
 `snapshots/cpu-NNNNNN.pt` keeps the weights every `snapshotEveryCpuS`, for a curve of

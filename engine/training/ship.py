@@ -20,9 +20,9 @@ MAX_SHIPPED_BYTES = 30 * 1024 * 1024
 """Issue 28: the package's weights stay small enough to ship in the wheel."""
 PROMPT_LAYOUT = "suffix-first"
 """The layout an exported model asks for when a request names none (prompting.MODEL_LAYOUT_KEY). The
-recipe trains on both; on the same 300 held-out holes the long run's snapshots at 3.0, 3.2 and 3.3
-CPU-hours read suffix-first as well or a little better on every validation figure (causal answer loss
-0.03-0.06 lower, exact at t = 1 equal or 1.7 points higher: bench/RESULTS.md, session 44), and a
+recipe trains on both; on the same 300 held-out holes the long run's snapshots at 3.0, 3.2, 3.3 and
+6.2 CPU-hours read suffix-first with lower losses in all four (causal answer loss 0.03-0.06 lower) and
+equal or higher accuracies in all but two of twelve figures (bench/RESULTS.md, session 44), and a
 keystroke then re-encodes ~35 prompt tokens instead of ~390."""
 
 

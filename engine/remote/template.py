@@ -70,7 +70,7 @@ def find_tokenizer_folder(model: str) -> Path | None:
     from ..runtime.tiny_model import BUILTIN_MODELS, builtin_model_folder
 
     if model in BUILTIN_MODELS:
-        folder = builtin_model_folder(model)
+        folder = builtin_model_folder(model, build=False)  # never torch in a language server's process
         return folder if (folder / "tokenizer_config.json").is_file() else None
     path = Path(model).expanduser()
     if path.is_dir():

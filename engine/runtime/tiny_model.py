@@ -77,8 +77,9 @@ def recipe_hash() -> str:
     return hashlib.sha256(recipe.encode()).hexdigest()[:16]
 
 
-def builtin_model_folder(spec: str) -> Path | None:
-    """The folder of a built-in model (built first for `tiny-random`); None when `spec` names none."""
+def builtin_model_folder(spec: str, *, build: bool = True) -> Path | None:
+    """The folder of a built-in model (`tiny-random`'s built first unless `build` is False: building
+    imports torch); None when `spec` names none."""
     if spec == TINY:
         folder = shipped_tiny_dir()
         if not (folder / "model.safetensors").is_file():
@@ -88,7 +89,7 @@ def builtin_model_folder(spec: str) -> Path | None:
             )
         return folder
     if spec == TINY_RANDOM:
-        return ensure_tiny_random_model()
+        return ensure_tiny_random_model() if build else tiny_random_dir()
     return None
 
 

@@ -75,9 +75,10 @@ def main(argv=None) -> int:
     parser.add_argument("--snapshot", help="a file of RUN_DIR/snapshots (default: the newest), or checkpoint.pt")
     parser.add_argument("--to", type=Path, help="the model folder to replace (default: the package's `tiny`)")
     args = parser.parse_args(argv)
-    record = ship(args.run_dir, snapshot_path(args.run_dir, args.snapshot), args.to or shipped_tiny_dir())
+    target = args.to or shipped_tiny_dir()
+    record = ship(args.run_dir, snapshot_path(args.run_dir, args.snapshot), target)
     summary = {key: record[key] for key in ("snapshot", "steps", "tokens", "cpuSeconds", "answerTokens")}
-    sys.stderr.write(f"shipped to {args.to or shipped_tiny_dir()}: {json.dumps(summary)}\n")
+    sys.stderr.write(f"shipped to {target}: {json.dumps(summary)}\n")
     return 0
 
 

@@ -127,7 +127,7 @@ class ExampleStream:
 
 def run(args: argparse.Namespace) -> int:
     """`dgemma-lsp train`: in this process, or in `--procs` data-parallel ones (parallel.py)."""
-    if (args.procs or 1) > 1:
+    if args.procs > 1:
         return launch(train, args, args.procs)
     return train(args)
 

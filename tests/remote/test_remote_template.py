@@ -8,6 +8,10 @@ in a light language server); these tests hold it to transformers' own
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from transformers import AutoTokenizer
 
@@ -66,3 +70,14 @@ def test_fim_tokens_in_the_files_are_found(tmp_path):
 def test_a_model_without_files_or_a_known_template_is_a_clear_error():
     with pytest.raises(ModelNotFoundError):
         load_layout("nobody-at-all/no-such-model")
+
+
+def test_the_random_models_layout_is_never_built_in_a_language_servers_process(tmp_path):
+    """Not built yet: no tokenizer files (a one-line error later), and no torch imported to build them."""
+    code = ("import sys; from dgemma_lsp.engine.remote.template import find_tokenizer_folder; "
+            "print(find_tokenizer_folder('tiny-random'), find_tokenizer_folder('tiny') is not None, "
+            "sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "DGEMMA_LSP_CACHE": str(tmp_path)})
+    assert done.stdout.split() == ["None", "True", "[]"]
+    assert not any(tmp_path.iterdir())

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_training import MICRO  # noqa: E402
 
 
-def _train(run_dir: Path, *options: str, recipe: Path | None = None, timeout: float = 300):
+def _train(run_dir: Path, *options: str, recipe: Path | None = None):
     config = ["--config", str(recipe)] if recipe else []
     return subprocess.Popen([sys.executable, "-m", "dgemma_lsp.server.cli", "train", str(run_dir), *config,
                              "--quiet", *options], stderr=subprocess.PIPE, text=True)

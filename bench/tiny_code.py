@@ -7,8 +7,9 @@ next to the random model and the empty middle.
   prepare_infill, denoise, finish_candidates), on `--sample` problems spread over all 1,033
   (the full set takes too long on a shared 2-core machine);
 - simple held-out holes (SIMPLE_HOLES: `def square(n):\\n    return █` and the like, written
-  for this bench, never in any corpus): share of holes where one of three candidates is an
-  answer a person would accept;
+  for this bench; none is in the main corpus, and one is in the focus corpus (engine/training/
+  focus.py): toolz's tests define `double(x)` as `2 * x`): share of holes where one of three
+  candidates is an answer a person would accept;
 - share of candidates that parse in place (the engine's own syntax check, over every
   candidate asked for: an empty or dropped one does not parse);
 - line completion on held-out code (`line_completion`): CodeXGLUE's line-level metrics, exact

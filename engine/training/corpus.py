@@ -103,13 +103,17 @@ def licence_of(distribution: importlib.metadata.Distribution) -> str | None:
     return None
 
 
-def python_sources() -> Iterator[Source | tuple[str, str]]:
-    """The stdlib and every installed distribution: a Source, or (name, licence) when left out."""
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files = sorted(p for p in stdlib.rglob("*.py") if "site-packages" not in p.parts)
-    yield Source("python-stdlib", sysconfig.get_python_version(), "PSF-2.0", "python", files)
+def python_sources(path: list[str] | None = None) -> Iterator[Source | tuple[str, str]]:
+    """The stdlib and every installed distribution: a Source, or (name, licence) when left out.
+
+    `path`: only the distributions installed in these folders (focus.py's), without the stdlib."""
+    if path is None:
+        stdlib = Path(sysconfig.get_paths()["stdlib"])
+        files = sorted(p for p in stdlib.rglob("*.py") if "site-packages" not in p.parts)
+        yield Source("python-stdlib", sysconfig.get_python_version(), "PSF-2.0", "python", files)
     seen = set()
-    for distribution in sorted(importlib.metadata.distributions(), key=lambda d: d.metadata["Name"].lower()):
+    found = importlib.metadata.distributions() if path is None else importlib.metadata.distributions(path=path)
+    for distribution in sorted(found, key=lambda d: d.metadata["Name"].lower()):
         name = distribution.metadata["Name"]
         if name.lower() in seen or name in SKIPPED_DISTRIBUTIONS:
             continue
@@ -149,18 +153,19 @@ def javascript_sources(roots=("/usr/lib/node_modules", "/usr/local/lib/node_modu
 
 
 def collect(max_bytes: int, seed: int, *, languages=("python", "javascript"), held_out: tuple[str, ...] = (),
-            only: tuple[str, ...] | None = None) -> tuple[list[CodeFile], dict]:
+            only: tuple[str, ...] | None = None, python_path: list[str] | None = None) -> tuple[list[CodeFile], dict]:
     """Up to `max_bytes` of source files, sampled by seed across all permitted sources, and the manifest.
 
     `held_out`: source names never taken (listed in the manifest as held out); `only`: take
-    nothing but these sources (how the validation set reads the held-out ones).
+    nothing but these sources (how the validation set reads the held-out ones); `python_path`:
+    the Python distributions of these folders instead of the environment's (focus.py).
 
     The manifest lists every source used (licence, files, bytes; tokens are filled in by
     the caller once the tokenizer exists) and every source left out with its licence.
     """
     sources: list[Source] = []
     left_out: list[dict] = []
-    finders = {"python": python_sources, "javascript": javascript_sources}
+    finders = {"python": lambda: python_sources(python_path), "javascript": javascript_sources}
     for language in languages:
         for found in finders[language]():
             if isinstance(found, Source):

@@ -111,15 +111,20 @@ def build_model(recipe: dict, tokenizer, seed: int):
 
 
 class ExampleStream:
-    """Example i of the run, for any i: a file picked and a hole cut by an RNG seeded with (seed, i)."""
+    """Example i of the run, for any i: a file picked and a hole cut by an RNG seeded with (seed, i).
 
-    def __init__(self, files, maker, seed: int) -> None:
+    With `focus_files` and a `focus_share` > 0, that share of examples (drawn by the same RNG) comes
+    from the focus corpus (focus.py) instead; without them the stream is what it always was."""
+
+    def __init__(self, files, maker, seed: int, focus_files=(), focus_share: float = 0.0) -> None:
         self.files, self.maker, self.seed = files, maker, seed
+        self.focus_files, self.focus_share = list(focus_files), focus_share if focus_files else 0.0
 
     def example(self, index: int):
         rng = random.Random(self.seed * 1_000_003 + index)
+        files = self.focus_files if self.focus_share and rng.random() < self.focus_share else self.files
         for _ in range(16):
-            found = self.maker.make(self.files[rng.randrange(len(self.files))], rng)
+            found = self.maker.make(files[rng.randrange(len(files))], rng)
             if found is not None:
                 return found
         raise RuntimeError("no example in 16 files: the corpus has no holes that fit the canvas")
@@ -153,6 +158,7 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
 
     files, manifest = collect(data["corpusBytes"], seed, languages=tuple(data["languages"]),
                               held_out=tuple(data.get("heldOutSources", ())))
+    focus_files, focus_manifest = _focus_corpus(data, seed, ranks)
     tokenizer_dir = run_dir / "tokenizer"
     if ranks.is_main:  # the others wait for its files
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -168,13 +174,15 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     if ranks.is_main and not (run_dir / "corpus.json").exists():  # a resume keeps it: counting tokens costs a CPU-minute
         _write_manifest(run_dir / "corpus.json", manifest, files, tokenizer)
+    if ranks.is_main and focus_files:
+        _add_focus_manifest(run_dir / "corpus.json", focus_manifest, focus_files, tokenizer, data["focusShare"])
 
     model = build_model(recipe, tokenizer, seed)
     params = sum(p.numel() for p in model.parameters())
     maker = ExampleMaker(tokenizer, recipe["model"]["canvas"], max_prompt_tokens=data["maxPromptTokens"],
                          context_tokens=tuple(data["contextTokens"]),
                          suffix_first_share=data.get("suffixFirstShare", 0.0), kind_weights=data.get("kindWeights"))
-    stream = ExampleStream(files, maker, seed)
+    stream = ExampleStream(files, maker, seed, focus_files, data.get("focusShare", 0.0))
     optimizer = torch.optim.AdamW(model.parameters(), lr=schedule["lr"], betas=(0.9, 0.95),
                                   weight_decay=schedule["weightDecay"])
     step, tokens_seen, answer_seen, cpu_before = 0, 0, 0, 0.0
@@ -349,6 +357,42 @@ def _write_manifest(path: Path, manifest: dict, files, tokenizer) -> None:
     for source in manifest["sources"]:
         source["tokens"] = tokens.get(source["name"], 0)
     manifest["tokens"] = sum(tokens.values())
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def _focus_corpus(data: dict, seed: int, ranks: Ranks):
+    """The focus corpus's files and manifest when the recipe draws from it (`data.focusShare`), else none."""
+    if not data.get("focusShare"):
+        return [], None
+    from .corpus import collect
+    from .focus import FOCUS_PACKAGES, ensure_installed, focus_folder
+
+    packages = tuple(data.get("focusPackages", FOCUS_PACKAGES))
+    if ranks.is_main:  # one pip at a time; the other ranks wait for its folder
+        ensure_installed(packages)
+    ranks.barrier()
+    files, manifest = collect(data["corpusBytes"], seed, languages=("python",),
+                              python_path=[str(focus_folder(packages))])
+    assert files, f"the focus packages {packages} gave no files"
+    manifest["packages"] = list(packages)
+    return files, manifest
+
+
+def _add_focus_manifest(path: Path, focus_manifest: dict, files, tokenizer, share: float) -> None:
+    """Add the focus sources (each with its licence) to the run's manifest, once: what ships lists them."""
+    from .focus import FOCUS_HELD_OUT
+
+    manifest = json.loads(path.read_text())
+    if manifest.get("focus", {}).get("packages") == focus_manifest["packages"]:
+        return
+    tokens: dict[str, int] = {}
+    for file in files:
+        tokens[file.source] = tokens.get(file.source, 0) + len(tokenizer(file.text, add_special_tokens=False)["input_ids"])
+    for source in focus_manifest["sources"]:
+        source["tokens"] = tokens.get(source["name"], 0)
+    manifest["focus"] = {"packages": focus_manifest["packages"], "share": share, "heldOut": list(FOCUS_HELD_OUT),
+                         "bytes": focus_manifest["bytes"], "tokens": sum(tokens.values()),
+                         "sources": focus_manifest["sources"], "leftOut": focus_manifest["leftOut"]}
     path.write_text(json.dumps(manifest, indent=1) + "\n")
 
 

@@ -21,7 +21,9 @@ against 30%.)
 `python -m dgemma_lsp.engine.training.validation RUN_DIR...` scores every snapshot of each
 run not yet scored and appends to RUN_DIR/validation.jsonl; `--layout suffix-first` scores the
 same holes laid out suffix-first into RUN_DIR/validation-suffix-first.jsonl (the recipes train on
-both: which one the weights read better is issue 28's prompt-layout question). Knows torch and the
+both: which one the weights read better is issue 28's prompt-layout question); `--set focus` cuts
+them from focus.FOCUS_HELD_OUT instead (short algorithm functions, the kind HumanEval asks for, that
+no run trains on) into RUN_DIR/validation-focus.jsonl. Knows torch and the
 training modules; knows nothing of LSP.
 """
 
@@ -43,16 +45,17 @@ NOISE_LEVELS = (1.0, 0.5)
 
 
 def validation_examples(tokenizer, canvas_length: int, held_out: tuple[str, ...], count: int = 300,
-                        languages=("python",), layout: str = "natural"):
+                        languages=("python",), layout: str = "natural", python_path: list[str] | None = None):
     """`count` examples from the held-out sources' files, the same for one tokenizer every time.
 
     `layout`: the prompt layout; the holes are the same in both (no draw decides the layout), unless
-    a prompt over MAX_PROMPT_TOKENS in one layout and not the other shifts the stream (main reports it)."""
+    a prompt over MAX_PROMPT_TOKENS in one layout and not the other shifts the stream (main reports it).
+    `python_path`: read the held-out sources from these folders (focus.py's) instead of the environment."""
     from .corpus import collect
     from .examples import ExampleMaker
 
     assert held_out, "the recipe holds no source out: there is nothing to validate on"
-    files, _ = collect(8_000_000, VALIDATION_SEED, languages=languages, only=held_out)
+    files, _ = collect(8_000_000, VALIDATION_SEED, languages=languages, only=held_out, python_path=python_path)
     assert files, f"no files of the held-out sources {held_out} on this machine"
     maker = ExampleMaker(tokenizer, canvas_length, max_prompt_tokens=MAX_PROMPT_TOKENS,
                          context_tokens=CONTEXT_TOKENS, kind_weights=KIND_WEIGHTS, layout=layout)
@@ -169,11 +172,20 @@ def main(argv=None) -> int:
     parser.add_argument("--upto", type=float, help="score only snapshots of at most this many CPU-seconds")
     parser.add_argument("--layout", choices=("natural", "suffix-first"), default="natural",
                         help="the prompt layout of the holes (suffix-first: into validation-suffix-first.jsonl)")
+    parser.add_argument("--set", choices=("held-out", "focus"), default="held-out",
+                        help="focus: holes from focus.FOCUS_HELD_OUT, short functions no run trains on "
+                             "(into validation-focus.jsonl)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    focus_path = None
+    if args.set == "focus":
+        from .focus import FOCUS_HELD_OUT, ensure_installed
+
+        focus_path = [str(ensure_installed(FOCUS_HELD_OUT))]
     cached, same = {}, {}
     for run_dir in args.run_dirs:
-        out = run_dir / ("validation.jsonl" if args.layout == "natural" else f"validation-{args.layout}.jsonl")
+        name = "validation" + ("-focus" if args.set == "focus" else "")
+        out = run_dir / (f"{name}.jsonl" if args.layout == "natural" else f"{name}-{args.layout}.jsonl")
         done = {json.loads(line)["snapshot"] for line in out.read_text().splitlines()} if out.exists() else set()
         snapshots = sorted((run_dir / "snapshots").glob("cpu-*.pt"))
         if args.upto is not None:
@@ -185,10 +197,15 @@ def main(argv=None) -> int:
             model, tokenizer, recipe, state = load_weights(run_dir, snapshot)
             key = (str((run_dir / "tokenizer" / "tokenizer.json").read_bytes().__hash__()), recipe["model"]["canvas"])
             if key not in cached:
-                holes = (tokenizer, recipe["model"]["canvas"], tuple(recipe["data"]["heldOutSources"]), args.holes)
-                cached[key] = validation_examples(*holes, layout=args.layout)
+                held_out = tuple(recipe["data"]["heldOutSources"])
+                if focus_path is not None:
+                    from .focus import FOCUS_HELD_OUT, package_names
+
+                    held_out = package_names(FOCUS_HELD_OUT)
+                holes = (tokenizer, recipe["model"]["canvas"], held_out, args.holes)
+                cached[key] = validation_examples(*holes, layout=args.layout, python_path=focus_path)
                 if args.layout != "natural":  # how many are the natural layout's holes, in order
-                    natural = validation_examples(*holes)
+                    natural = validation_examples(*holes, python_path=focus_path)
                     same[key] = sum(a.middle == b.middle for a, b in zip(natural, cached[key], strict=True))
             figures = score(model, cached[key], tokenizer.pad_token_id, end_of_turn_id(tokenizer))
             if key in same:

@@ -67,6 +67,10 @@ def test_the_shipped_model_names_every_source_its_licence_and_its_cost():
     assert json.loads((folder / "tokenizer_config.json").read_text())["dgemma_prompt_layout"] == "suffix-first"
     held_out = set(record["recipe"]["data"]["heldOutSources"])
     assert held_out and not held_out & {source["name"] for source in corpus["sources"]}
+    if record["recipe"]["data"].get("focusShare"):  # the focus packages (training/focus.py) are listed too
+        focus = corpus["focus"]
+        assert focus["sources"] and all(source["licence"].strip() and source["tokens"] for source in focus["sources"])
+        assert not {name.split("==")[0] for name in focus["heldOut"]} & {source["name"] for source in focus["sources"]}
 
 
 def test_a_missing_shipped_model_is_a_one_line_error_naming_the_way_out(monkeypatch, tmp_path):

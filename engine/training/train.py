@@ -351,13 +351,18 @@ def _log_line(path: Path, *, step: int, tokens: int, window, cpuSeconds: float, 
 
 
 def _write_manifest(path: Path, manifest: dict, files, tokenizer) -> None:
+    _count_tokens(manifest, files, tokenizer)
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def _count_tokens(manifest: dict, files, tokenizer) -> None:
+    """Fill in each source's tokens, and the total, in a manifest from corpus.collect."""
     tokens: dict[str, int] = {}
     for file in files:
         tokens[file.source] = tokens.get(file.source, 0) + len(tokenizer(file.text, add_special_tokens=False)["input_ids"])
     for source in manifest["sources"]:
         source["tokens"] = tokens.get(source["name"], 0)
     manifest["tokens"] = sum(tokens.values())
-    path.write_text(json.dumps(manifest, indent=1) + "\n")
 
 
 def _focus_corpus(data: dict, seed: int, ranks: Ranks):
@@ -385,13 +390,9 @@ def _add_focus_manifest(path: Path, focus_manifest: dict, files, tokenizer, shar
     manifest = json.loads(path.read_text())
     if manifest.get("focus", {}).get("packages") == focus_manifest["packages"]:
         return
-    tokens: dict[str, int] = {}
-    for file in files:
-        tokens[file.source] = tokens.get(file.source, 0) + len(tokenizer(file.text, add_special_tokens=False)["input_ids"])
-    for source in focus_manifest["sources"]:
-        source["tokens"] = tokens.get(source["name"], 0)
+    _count_tokens(focus_manifest, files, tokenizer)
     manifest["focus"] = {"packages": focus_manifest["packages"], "share": share, "heldOut": list(FOCUS_HELD_OUT),
-                         "bytes": focus_manifest["bytes"], "tokens": sum(tokens.values()),
+                         "bytes": focus_manifest["bytes"], "tokens": focus_manifest["tokens"],
                          "sources": focus_manifest["sources"], "leftOut": focus_manifest["leftOut"]}
     path.write_text(json.dumps(manifest, indent=1) + "\n")
 

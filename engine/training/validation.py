@@ -177,11 +177,11 @@ def main(argv=None) -> int:
                              "(into validation-focus.jsonl)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    focus_path = None
+    focus_path, focus_names = None, ()
     if args.set == "focus":
-        from .focus import FOCUS_HELD_OUT, ensure_installed
+        from .focus import FOCUS_HELD_OUT, ensure_installed, package_names
 
-        focus_path = [str(ensure_installed(FOCUS_HELD_OUT))]
+        focus_path, focus_names = [str(ensure_installed(FOCUS_HELD_OUT))], package_names(FOCUS_HELD_OUT)
     cached, same = {}, {}
     for run_dir in args.run_dirs:
         name = "validation" + ("-focus" if args.set == "focus" else "")
@@ -197,11 +197,7 @@ def main(argv=None) -> int:
             model, tokenizer, recipe, state = load_weights(run_dir, snapshot)
             key = (str((run_dir / "tokenizer" / "tokenizer.json").read_bytes().__hash__()), recipe["model"]["canvas"])
             if key not in cached:
-                held_out = tuple(recipe["data"]["heldOutSources"])
-                if focus_path is not None:
-                    from .focus import FOCUS_HELD_OUT, package_names
-
-                    held_out = package_names(FOCUS_HELD_OUT)
+                held_out = focus_names or tuple(recipe["data"]["heldOutSources"])
                 holes = (tokenizer, recipe["model"]["canvas"], held_out, args.holes)
                 cached[key] = validation_examples(*holes, layout=args.layout, python_path=focus_path)
                 if args.layout != "natural":  # how many are the natural layout's holes, in order

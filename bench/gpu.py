@@ -191,12 +191,44 @@ def autoregressive_config(scale: Scale):
 
 
 def build_random(model_class, config, device, dtype):
-    """Random weights allocated and initialised on `device` directly: no 52 GB trip through host memory."""
+    """Random weights allocated and initialised on `device` directly: no 52 GB trip through host memory.
+
+    The model is first built on the meta device. Built on the GPU, the decoder allocates its own copy of
+    every layer before tying them to the encoder's: the full model's peak was ~100 GB, past an H100's 80.
+    `initialize_weights` then draws every weight and recomputes the rotary tables, but leaves the layers'
+    `layer_scalar` buffers (constant ones, set only in the constructor) as `to_empty` left them.
+    """
     import torch
 
-    with torch.device(device):
+    with torch.device("meta"):
         model = model_class._from_config(config, dtype=dtype)
+    _materialize(model, device)
+    with torch.no_grad():
+        model.initialize_weights()
+        for name, buffer in model.named_buffers():
+            if name.rsplit(".", 1)[-1] == "layer_scalar":
+                buffer.fill_(1.0)
     return model.eval()
+
+
+def _materialize(model, device) -> None:
+    """`Module.to_empty`, but a tensor shared by several modules (the decoder's tied weights) is allocated once:
+    to_empty gives every module its own copy, which both unties the weights and doubles the full model."""
+    import torch
+
+    made: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, tensor in table.items():
+                if tensor is None:
+                    continue
+                if id(tensor) not in made:
+                    empty = torch.empty_like(tensor, device=device)
+                    made[id(tensor)] = (
+                        torch.nn.Parameter(empty, requires_grad=tensor.requires_grad)
+                        if isinstance(tensor, torch.nn.Parameter) else empty
+                    )  # fmt: skip
+                table[name] = made[id(tensor)]
 
 
 # -- timing -------------------------------------------------------------------------------------

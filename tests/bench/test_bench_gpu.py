@@ -6,6 +6,7 @@ import sys
 import msgspec
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from dgemma_lsp.bench import gpu
 
@@ -30,6 +31,45 @@ def test_tiny_scale_compiled_path_runs_static_cache_and_torch_compile():
     assert [f.prompt_tokens for f in compiled] == [32, 96]
     assert [f.mode for f in report.autoregressive] == ["eager", "compiled"]
     assert set(report.speedup_vs_autoregressive) == {"eager", "compiled"}
+
+
+class _StorageBytes(TorchDispatchMode):
+    """Bytes of every distinct storage an operator returns on the CPU: what building a model allocates there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes, self._seen = 0, set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for tensor in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu":
+                storage = tensor.untyped_storage()
+                if storage.data_ptr() and storage.data_ptr() not in self._seen:
+                    self._seen.add(storage.data_ptr())
+                    self.bytes += storage.nbytes()
+        return out
+
+
+def test_random_model_allocates_its_tied_weights_once_and_keeps_them_tied():
+    # The full model built straight on an H100 ran out of its 80 GB: the decoder allocated its own copy of every
+    # layer before tying them to the encoder's (~100 GB at the peak). On the shrunk config that was 1.97x the model.
+    from dgemma_lsp.bench.quant_gpu import _model_class
+
+    config = gpu.diffusion_config(gpu.TINY)
+    with _StorageBytes() as allocated:
+        model = gpu.build_random(_model_class(), config, torch.device("cpu"), torch.bfloat16)
+    tensors = {t.untyped_storage().data_ptr(): t for t in [*model.parameters(), *model.buffers()]}
+    model_bytes = sum(t.untyped_storage().nbytes() for t in tensors.values())
+    assert allocated.bytes < 1.1 * model_bytes
+    decoder_layer, encoder_layer = model.model.decoder.layers[0], model.model.encoder.language_model.layers[0]
+    assert decoder_layer.self_attn.q_proj.weight is encoder_layer.self_attn.q_proj.weight
+    # Drawn, not left as allocated: weights spread, norms at their constructor's ones, the rotary tables computed.
+    assert all(torch.isfinite(t).all() for t in tensors.values())
+    assert encoder_layer.self_attn.q_proj.weight.float().std() > 0
+    assert all(float(layer.layer_scalar) == 1.0 for layer in [*model.model.decoder.layers])
+    rotary = model.model.decoder.rotary_emb
+    assert torch.equal(rotary.sliding_attention_inv_freq, rotary.sliding_attention_original_inv_freq)
 
 
 def test_full_size_configs_describe_the_26b_architecture():

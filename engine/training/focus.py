@@ -12,7 +12,8 @@ not change under it), then read by corpus.collect(python_path=...) like any dist
 licence from metadata, files deduplicated, HumanEval's marker skipped. A recipe's
 `data.focusShare` is the share of examples drawn from its `data.focusPackages` (FOCUS_PACKAGES
 unless it names its own; train.ExampleStream);
-FOCUS_HELD_OUT is never trained on: `validation --set focus` cuts its holes from it.
+FOCUS_HELD_OUT is never trained on: `validation --set focus` cuts its holes from it (train refuses a
+recipe whose focusPackages name it or one of its `heldOutSources`).
 pip does the fetching (no code of ours for wheels or indexes). Knows packages and folders;
 knows nothing of tokens or models.
 """

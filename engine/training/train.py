@@ -370,9 +370,13 @@ def _focus_corpus(data: dict, seed: int, ranks: Ranks):
     if not data.get("focusShare"):
         return [], None
     from .corpus import collect
-    from .focus import FOCUS_PACKAGES, ensure_installed, focus_folder
+    from .focus import FOCUS_HELD_OUT, FOCUS_PACKAGES, ensure_installed, focus_folder, package_names
 
     packages = tuple(data.get("focusPackages", FOCUS_PACKAGES))
+    held_out = {name.lower() for name in (*package_names(FOCUS_HELD_OUT), *data.get("heldOutSources", ()))}
+    trained_on_held_out = sorted(name for name in package_names(packages) if name.lower() in held_out)
+    if trained_on_held_out:  # validation cuts its holes from these: training on them would grade the model on its homework
+        raise ValueError(f"data.focusPackages names held-out sources {trained_on_held_out}: drop them from the recipe")
     if ranks.is_main:  # one pip at a time; the other ranks wait for its folder
         ensure_installed(packages)
     ranks.barrier()

@@ -80,3 +80,18 @@ def test_a_run_with_a_focus_share_lists_the_focus_sources_in_its_manifest(tmp_pa
     assert [(s["name"], s["licence"]) for s in focus["sources"]] == [("squares", "MIT")]
     assert focus["tokens"] == focus["sources"][0]["tokens"] > 0
     assert _focus_corpus({"corpusBytes": 1_000_000}, 0, Ranks()) == ([], None)
+
+
+def test_a_recipe_that_would_train_on_a_held_out_source_is_refused_before_anything_is_installed(tmp_path, monkeypatch):
+    """`validation --set focus` cuts its holes from pygorithm, and the main set from `heldOutSources`."""
+    import pytest
+
+    from dgemma_lsp.engine.training.parallel import Ranks
+    from dgemma_lsp.engine.training.train import _focus_corpus
+
+    monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path / "cache"))
+    for packages, held_out in ((["toolz==1.2.0", "Pygorithm==1.0.4"], []), (["rich==14.0.0"], ["rich"])):
+        data = {"focusShare": 0.2, "focusPackages": packages, "heldOutSources": held_out, "corpusBytes": 1}
+        with pytest.raises(ValueError, match="held-out sources"):
+            _focus_corpus(data, 0, Ranks())
+    assert not (tmp_path / "cache").exists()

@@ -120,11 +120,12 @@ class EngineInfiller:
 
     def __call__(self, problem: Problem) -> tuple[str, int, float]:
         from dgemma_lsp.engine.syntax.document import SyntaxDocument
-        from dgemma_lsp.engine.syntax.infill import finish_candidates, prepare_infill
+        from dgemma_lsp.engine.syntax.infill import context_budget, finish_candidates, prepare_infill
 
         started = time.perf_counter()
         doc = SyntaxDocument(problem.prompt + problem.suffix, "python")
-        prepared = prepare_infill(doc, len(problem.prompt), self.settings)
+        budget = context_budget(self.service.status().context_tokens)  # as the server cuts it for this model
+        prepared = prepare_infill(doc, len(problem.prompt), self.settings, budget_tokens=budget)
         result = self.service.denoise(prepared.request)
         candidates = finish_candidates(prepared, doc, result)
         elapsed = (time.perf_counter() - started) * 1000

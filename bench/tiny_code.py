@@ -76,6 +76,13 @@ class CausalReader:
         self.end_id = end_of_turn_id(self.tokenizer)
         self.max_tokens = max_tokens
 
+    def status(self):
+        """The engine's status fields this bench reads: the model's own context limit."""
+        from dgemma_lsp.engine.api import EngineStatus
+        from dgemma_lsp.engine.runtime.prompting import model_context_tokens
+
+        return EngineStatus(state="ready", model="", context_tokens=model_context_tokens(self.tokenizer))
+
     def denoise(self, request):
         """The greedy answer to a DenoiseRequest, shaped as the model's output for finish_candidates."""
         import torch
@@ -105,15 +112,16 @@ def simple_holes(model: str, *, candidates: int = 3, seed: int = 0, steps=None, 
     `causal`: the weights' greedy left-to-right answer (CausalReader), one candidate."""
     from dgemma_lsp.engine.api import GenerationSettings
     from dgemma_lsp.engine.syntax.document import SyntaxDocument
-    from dgemma_lsp.engine.syntax.infill import finish_candidates, prepare_infill
+    from dgemma_lsp.engine.syntax.infill import context_budget, finish_candidates, prepare_infill
 
     service = _infiller(model, causal)
+    budget = context_budget(service.status().context_tokens)  # as the server cuts it for this model
     candidates = 1 if causal else candidates
     settings = GenerationSettings(candidates=candidates, seed=seed, max_tokens=32, steps=steps, prompt_layout=layout)
     accepted, parsed, written = 0, 0, []
     for prefix, suffix, answers in SIMPLE_HOLES:
         doc = SyntaxDocument(prefix + suffix, "python")
-        prepared = prepare_infill(doc, len(prefix), settings)
+        prepared = prepare_infill(doc, len(prefix), settings, budget_tokens=budget)
         found = finish_candidates(prepared, doc, service.denoise(prepared.request))
         texts = [c.text for c in found]
         accepted += any(_squash(t) in {_squash(a) for a in answers} for t in texts)
@@ -182,17 +190,18 @@ def line_completion(model: str | None, count: int = 100, *, held_out: tuple[str,
     `causal`: the weights' greedy left-to-right answer (CausalReader) in the model's place."""
     from dgemma_lsp.engine.api import GenerationSettings
     from dgemma_lsp.engine.syntax.document import SyntaxDocument
-    from dgemma_lsp.engine.syntax.infill import finish_candidates, prepare_infill
+    from dgemma_lsp.engine.syntax.infill import context_budget, finish_candidates, prepare_infill
 
     from .oracle import as_model_output
 
     service = None if truth else _infiller(model, causal)
+    budget = context_budget(None if service is None else service.status().context_tokens)
     settings = GenerationSettings(candidates=1, seed=seed, max_tokens=32, prompt_layout=layout)
     matched, similarity, parsed, written = 0, 0.0, 0, []
     holes = line_holes(count, held_out)
     for text, start, end in holes:
         doc = SyntaxDocument(text[:start] + text[end:], "python")
-        prepared = prepare_infill(doc, start, settings)
+        prepared = prepare_infill(doc, start, settings, budget_tokens=budget)
         result = as_model_output(text[start:end]) if truth else service.denoise(prepared.request)
         found = finish_candidates(prepared, doc, result)
         top = found[0].text if found else ""

@@ -99,7 +99,7 @@ def register(server: DGemmaServer) -> None:
                 ls.protocol.notify(DRAFT_NOTIFICATION, {"uri": uri, "version": asked_version,
                                                         "requestId": request_id, "step": step, "edit": body})
 
-        offer = await ls.next_edits.propose(document, cursor, ls.settings, on_draft)
+        offer = await ls.next_edits.propose(document, cursor, ls.request_settings, on_draft)
         if offer is None or isinstance(offer, Superseded) or document.version != asked_version:
             return nothing
         command = lsp.Command(title="Accept next edit", command=ACCEPT_COMMAND, arguments=[offer.id])

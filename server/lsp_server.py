@@ -253,6 +253,11 @@ class DGemmaServer(LanguageServer):
 
     # -- settings --------------------------------------------------------------------
 
+    @property
+    def request_settings(self) -> ServerSettings:
+        """The settings a request is prepared with: the user's, the context budget cut to the loaded model's."""
+        return self.settings.within_model_context(self.engine.status().context_tokens)
+
     def apply_settings(self, raw: Any, *, show_problems: bool = True) -> None:
         settings, problems = decode_settings(raw, self.settings)
         if settings != self.settings:
@@ -391,7 +396,7 @@ class DGemmaServer(LanguageServer):
             raise JsonRpcInvalidParams("the selection is empty: select the code to rewrite")
         version, lines = document.version, document.lines
         try:
-            text = await self.completer.rewrite(document, start, end, self.settings)
+            text = await self.completer.rewrite(document, start, end, self.request_settings)
         except errors.EngineError as error:
             raise JsonRpcException(f"rewrite failed: {error}", code=REQUEST_FAILED) from None
         if text is None:
@@ -519,7 +524,7 @@ def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
             document,
             cursor,
             wanted=1 if automatic else ls.settings.max_candidates,
-            settings=ls.settings,
+            settings=ls.request_settings,
             selected=selected,
             on_draft=on_draft,
             priority=PRIORITY_TYPING if automatic else PRIORITY_WAITING,

@@ -10,6 +10,7 @@ exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from dgemma_lsp.engine.errors import EngineError
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import (
     DEFAULT_CONTEXT_TOKENS,
+    context_budget,
     finish_candidates,
     finish_rewrite,
     prepare_infill,
@@ -106,7 +108,11 @@ def _complete(args: argparse.Namespace) -> int:
     cross_file = _cross_file(args, path, doc.language)
     service = _service(args)
     load_ms = _load(service)
-    prepared = prepare_infill(doc, offset, _settings(args), cross_file=cross_file)
+    model_tokens = service.status().context_tokens
+    if cross_file is not None and model_tokens is not None:  # snippets share the model's window (as in the server)
+        cross_file = functools.partial(cross_file, cap=model_tokens // 4)
+    prepared = prepare_infill(doc, offset, _settings(args), budget_tokens=context_budget(model_tokens),
+                              cross_file=cross_file)
     result = service.denoise(prepared.request, on_draft=_draft_printer(args))
     ending = line_ending(text)  # the file's own line ending, never a lone "\r"
     candidates = [msgspec.structs.replace(c, text=with_line_ending(c.text, ending))
@@ -148,7 +154,8 @@ def _rewrite(args: argparse.Namespace) -> int:
     doc = SyntaxDocument(text, language_for_path(str(path)))
     service = _service(args)
     load_ms = _load(service)
-    request = prepare_rewrite(doc, start, end, args.strength, _settings(args))
+    request = prepare_rewrite(doc, start, end, args.strength, _settings(args),
+                              budget_tokens=context_budget(service.status().context_tokens))
     result = service.denoise(request, on_draft=_draft_printer(args))
     ending = line_ending(text)  # the file's own line ending, never a lone "\r"
     replacements = [with_line_ending(finish_rewrite(raw.text, text[start:end]), ending) for raw in result.candidates]
@@ -203,7 +210,8 @@ def _cross_file(args: argparse.Namespace, path: Path, language: str):
     index.build()
     index.update(str(file), None)  # the file itself, even when its folder's rules leave it out
     sources = CrossFileSources(index)
-    return lambda context: sources.snippets(str(file), language, context, budget)
+    return lambda context, cap=budget: sources.snippets(str(file), language, context, min(budget, cap))
+
 
 
 def _guarded(command, args: argparse.Namespace) -> int:

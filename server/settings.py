@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from dgemma_lsp.engine.api import GenerationSettings
+from dgemma_lsp.engine.syntax.infill import context_budget
 
 SECTION = "dgemma"
 """Configuration section name in editors (`dgemma.steps`, ...)."""
@@ -79,6 +80,17 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
         if not self.cross_file:
             return 0
         return self.context_tokens // 4 if self.cross_file_tokens is None else self.cross_file_tokens
+
+    def within_model_context(self, model_tokens: int | None) -> ServerSettings:
+        """These settings with the context budgets cut to what the model reads well (EngineStatus.context_tokens).
+
+        A model trained on short contexts (the built-in tiny one: 160 tokens) writes noise past them; the
+        cross-file snippets share the model's window, so they get at most a quarter of it."""
+        budget = context_budget(model_tokens, self.context_tokens)
+        if budget == self.context_tokens:
+            return self
+        return msgspec.structs.replace(self, context_tokens=budget,
+                                       cross_file_tokens=min(self.cross_file_budget, model_tokens // 4))
 
     @property
     def wants_status(self) -> bool:

@@ -59,6 +59,15 @@ PROMPT_LAYOUTS = ("natural", "suffix-first")
 DEFAULT_PROMPT_LAYOUT = "natural"
 MODEL_LAYOUT_KEY = "dgemma_prompt_layout"
 """tokenizer_config.json's key for a model's own default layout (one of PROMPT_LAYOUTS)."""
+MODEL_CONTEXT_KEY = "dgemma_context_tokens"
+"""tokenizer_config.json's key for the most context a model reads well, in the context budget's tokens
+(engine/syntax/context.py's estimate): the longest it was trained on. Absent: no limit."""
+
+
+def model_context_tokens(tokenizer) -> int | None:
+    """The model's own context limit (MODEL_CONTEXT_KEY), or None when it names none or names nonsense."""
+    value = getattr(tokenizer, "init_kwargs", {}).get(MODEL_CONTEXT_KEY)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 CROSS_FILE_HEAD = "\n\nCode from other files of the workspace, for reference:"
 CROSS_FILE_BLOCK = "\n\nFrom {path}:\n\n{fence}\n{text}\n```"

@@ -285,6 +285,7 @@ class InfillService:
             progress=self._progress if self._state == "loading" else None,
             prompt_cache_bytes=runtime.prompt_cache.bytes if runtime else 0,
             cancelled=self._cancelled,
+            context_tokens=runtime.context_tokens if runtime else None,
         )
 
     # -- work ------------------------------------------------------------------

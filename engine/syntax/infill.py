@@ -34,6 +34,11 @@ DEFAULT_CONTEXT_TOKENS = 2048
 prompt token costs encoder time on a cache miss; 2K keeps a miss under ~20 ms."""
 
 
+def context_budget(model_tokens: int | None, wanted: int = DEFAULT_CONTEXT_TOKENS) -> int:
+    """`wanted` context tokens, cut to what the model reads well (EngineStatus.context_tokens; None: no limit)."""
+    return wanted if model_tokens is None else min(wanted, model_tokens)
+
+
 CrossFileProvider = Callable[[InfillContext], tuple[CrossFileSnippet, ...]]
 """Snippets from other files for a prompt whose window is the given context (engine/crossfile/)."""
 

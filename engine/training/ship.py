@@ -27,8 +27,10 @@ keystroke then re-encodes ~35 prompt tokens instead of ~390."""
 
 
 def export_snapshot(run_dir: Path, snapshot: Path, folder: Path, prompt_layout: str = PROMPT_LAYOUT) -> dict:
-    """Write `snapshot` of the run as a loadable model folder that asks for `prompt_layout`; its training record."""
-    from ..runtime.prompting import MODEL_LAYOUT_KEY
+    """Write `snapshot` of the run as a loadable model folder that asks for `prompt_layout` and names the longest
+    context it was trained on (MODEL_CONTEXT_KEY: the server cuts every request's context to it); its training
+    record."""
+    from ..runtime.prompting import MODEL_CONTEXT_KEY, MODEL_LAYOUT_KEY
     from .train import export
     from .validation import load_weights
 
@@ -36,6 +38,7 @@ def export_snapshot(run_dir: Path, snapshot: Path, folder: Path, prompt_layout: 
     record = {"recipe": recipe, "snapshot": snapshot.name, "steps": state["step"], "tokens": state["tokens"],
               "cpuSeconds": state.get("cpuSeconds"), "answerTokens": state.get("answerTokens")}
     tokenizer.init_kwargs[MODEL_LAYOUT_KEY] = prompt_layout  # save_pretrained writes it to tokenizer_config.json
+    tokenizer.init_kwargs[MODEL_CONTEXT_KEY] = max(recipe["data"]["contextTokens"])  # training drew budgets in [low, high]
     export(model, tokenizer, folder, record, run_dir / "corpus.json")
     return record
 

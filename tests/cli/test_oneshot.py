@@ -130,3 +130,37 @@ def test_complete_json_lists_the_cross_file_snippets_and_no_cross_file_drops_the
     off = dgemma("complete", position, "--steps", "2", "--max-tokens", "8", "--seed", "1", "--json", "--no-cross-file")
     assert off.returncode == 0, off.stderr
     assert json.loads(off.stdout)["crossFile"] == []
+
+
+def test_a_model_that_names_its_context_gets_no_more_of_the_file_than_that(tmp_path):
+    """`dgemma_context_tokens` in a model folder's tokenizer_config.json cuts every request's context to it
+    (a model trained on short contexts writes noise past them); a folder without it gets the full budget.
+    The value is read by the engine, so the status says it too; a value that is not a count is ignored."""
+    import shutil
+
+    from dgemma_lsp.engine.runtime.service import InfillService
+    from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
+
+    long_file = tmp_path / "long.py"
+    long_file.write_text("".join(f"def f_{i}(x):\n    return x + {i}\n\n\n" for i in range(400)))
+    folder = tmp_path / "model"
+    shutil.copytree(ensure_tiny_random_model(), folder)
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+
+    def context_tokens() -> int:
+        done = dgemma("complete", f"{long_file}:802:12", "--model", str(folder), "--steps", "2", "--seed", "1",
+                      "--cross-file-tokens", "0", "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)["plan"]["contextTokens"]
+
+    assert context_tokens() > 1000
+    config_path.write_text(json.dumps({**config, "dgemma_context_tokens": 120}))
+    assert 60 < context_tokens() <= 120
+    service = InfillService(str(folder))
+    service.load()
+    assert service.status().context_tokens == 120
+    config_path.write_text(json.dumps({**config, "dgemma_context_tokens": "short"}))
+    service = InfillService(str(folder))
+    service.load()
+    assert service.status().context_tokens is None

@@ -12,6 +12,7 @@ import torch
 
 from dgemma_lsp.engine.errors import ModelNotFoundError
 from dgemma_lsp.engine.runtime import loading, tiny_model
+from dgemma_lsp.engine.runtime.service import InfillService
 from dgemma_lsp.engine.training import ship
 
 REPO = Path(__file__).resolve().parents[2]
@@ -65,6 +66,9 @@ def test_the_shipped_model_names_every_source_its_licence_and_its_cost():
     assert record["cpuSeconds"] > 3600 and record["tokens"] > 10**6 and record["answerTokens"] > 10**5
     # Suffix-first unless a request names a layout (ship.PROMPT_LAYOUT says why).
     assert json.loads((folder / "tokenizer_config.json").read_text())["dgemma_prompt_layout"] == "suffix-first"
+    # The longest context it was trained on: the server cuts every request's context to it.
+    trained = record["recipe"]["data"]["contextTokens"]
+    assert json.loads((folder / "tokenizer_config.json").read_text())["dgemma_context_tokens"] == max(trained)
     held_out = set(record["recipe"]["data"]["heldOutSources"])
     assert held_out and not held_out & {source["name"] for source in corpus["sources"]}
     if record["recipe"]["data"].get("focusShare"):  # the focus packages (training/focus.py) are listed too
@@ -96,6 +100,9 @@ def test_ship_replaces_the_model_folder_with_a_snapshot_and_refuses_an_oversized
     state = torch.load(RUN / "checkpoint.pt", weights_only=False, map_location="cpu")
     assert record["steps"] == state["step"] and record["cpuSeconds"] == state["cpuSeconds"]
     assert {path.name for path in target.iterdir()} == SHIPPED_FILES
+    service = InfillService(str(target))
+    service.load()
+    assert service.status().context_tokens == max(json.loads((RUN / "recipe.json").read_text())["data"]["contextTokens"])
     model, _, _ = loading.load_model_and_tokenizer(str(target))
     loaded = model.state_dict()["model.decoder.embed_tokens.weight"]
     assert torch.equal(loaded, state["model"]["model.decoder.embed_tokens.weight"].to(torch.bfloat16).float())  # bf16 shipped

@@ -124,6 +124,16 @@ def test_settings_decode_flat_or_sectioned_and_name_bad_keys():
     assert decode_settings("nonsense")[1] == ["<settings>"]
 
 
+def test_a_model_that_names_its_context_cuts_the_budgets_and_leaves_the_rest():
+    """lsp_server.request_settings: the user's settings within the loaded model's EngineStatus.context_tokens."""
+    user = ServerSettings(context_tokens=4096, cross_file_tokens=1500, steps=4)
+    assert user.within_model_context(None) is user and user.within_model_context(8192) is user
+    cut = user.within_model_context(160)
+    assert (cut.context_tokens, cut.cross_file_budget, cut.steps) == (160, 40, 4)
+    assert ServerSettings(cross_file=False).within_model_context(160).cross_file_budget == 0
+    assert ServerSettings(cross_file_tokens=10).within_model_context(160).cross_file_budget == 10
+
+
 def test_cache_keeps_offsets_and_hashes_not_the_text():
     cache = CompletionCache()
     text = "x = 1\n" * 50_000  # 300 KB

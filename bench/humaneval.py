@@ -106,17 +106,21 @@ class EngineInfiller:
 
     def __init__(
         self, model: str, *, device=None, dtype=None, steps=None, candidates=1, seed=0, max_tokens=256,
-        entropy_bound=None, layout=None, t_max=None, t_min=None,
+        entropy_bound=None, layout=None, t_max=None, t_min=None, service=None,
     ) -> None:
+        """`service`: what denoises in the engine's place (has `denoise` and `status`: bench/tiny_code.py's
+        CausalReader), else the engine's own InfillService on `model`."""
         from dgemma_lsp.engine.api import GenerationSettings
         from dgemma_lsp.engine.runtime.service import InfillService
 
-        self.service = InfillService(model, device=device, dtype=dtype)
         self.settings = GenerationSettings(
             steps=steps, candidates=candidates, seed=seed, max_tokens=max_tokens, entropy_bound=entropy_bound,
             prompt_layout=layout, t_max=t_max, t_min=t_min,
         )
-        self.service.load()
+        if service is None:
+            service = InfillService(model, device=device, dtype=dtype)
+            service.load()
+        self.service = service
 
     def __call__(self, problem: Problem) -> tuple[str, int, float]:
         from dgemma_lsp.engine.syntax.document import SyntaxDocument

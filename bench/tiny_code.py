@@ -21,10 +21,13 @@ next to the random model and the empty middle.
   the true rest of the line to the same pipeline in the model's place: what it loses there, it
   loses for every model.
 - what the weights know, read left to right (`CausalReader`): the encoder and LM head write each
-  answer greedily, token by token, and the same pipeline finishes it (simple holes and line holes).
+  answer greedily, token by token, and the same pipeline finishes it (simple holes, line holes and
+  HumanEval).
   No diffusion sampler is involved: where this reader fails too, the weights lack the answer and
   no sampler can find it; where it succeeds and `generate` does not, look at the sampler.
-`--model tiny` (or any model name/path) scores that model instead of a run's snapshot.
+Every prompt gets the context the server would give this model: the default budget cut to the
+model's own `dgemma_context_tokens` (infill.context_budget). `--model tiny` (or any model name/path)
+scores that model instead of a run's snapshot.
 The snapshot is exported to RUN_DIR/eval-model/ (a loadable model folder) first. Knows the
 engine's public path and the training run's layout; knows nothing of LSP.
 """
@@ -214,11 +217,12 @@ def line_completion(model: str | None, count: int = 100, *, held_out: tuple[str,
             "written": written[:12]}
 
 
-def humaneval_single_line(model: str, sample: int, seed: int = 0) -> dict:
+def humaneval_single_line(model: str, sample: int, seed: int = 0, causal: bool = False) -> dict:
+    """pass@1 on `sample` single-line problems; `causal`: the weights' greedy left-to-right answer (CausalReader)."""
     from .humaneval import EngineInfiller, default_data_dir, evaluate, load_problems
 
     problems = load_problems(default_data_dir(), "single-line", sample=sample)
-    infill = EngineInfiller(model, seed=seed, max_tokens=32)
+    infill = EngineInfiller(model, seed=seed, max_tokens=32, service=CausalReader(model) if causal else None)
     report = evaluate(problems, "model", infill=infill, model=model, subset="single-line")
     empty = evaluate(problems, "empty", subset="single-line")
     return {"problems": report.problems, "passed": report.passed, "passAt1": report.pass_at_1,
@@ -268,6 +272,7 @@ def main(argv=None) -> int:
             "lineCompletionCausal": line_completion(model, args.lines, held_out=held_out, causal=True, layout=layout)
             if args.lines else None,
             "humanevalSingleLine": humaneval_single_line(model, args.sample) if args.sample else None,
+            "humanevalSingleLineCausal": humaneval_single_line(model, args.sample, causal=True) if args.sample else None,
             "measureCpuSeconds": round(time.process_time() - started, 1),
             "wallClock": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     text = json.dumps(line)

@@ -56,3 +56,13 @@ def test_the_weights_read_left_to_right_go_through_the_same_path():
     assert report["holes"] == 4 and report == line_completion("tiny-random", 4, held_out=HELD_OUT, causal=True)
     assert report["exactMatch"] == 0 and any(report["written"])  # random weights write something, never the truth
     assert not any(ch < " " and ch not in "\t\n\r" for text in report["written"] for ch in text)
+
+
+@pytest.mark.timeout(600)
+def test_humaneval_is_scored_with_the_weights_read_left_to_right_too():
+    """The causal reader answers HumanEval's holes through the server's path (EngineInfiller's prepare and finish)."""
+    from dgemma_lsp.bench.tiny_code import humaneval_single_line
+
+    report = humaneval_single_line("tiny-random", 3, causal=True)
+    assert report["problems"] == 3 and report == humaneval_single_line("tiny-random", 3, causal=True)
+    assert len(report["middles"]) == 3 and any(report["middles"]) and report["passed"] <= 3

@@ -213,7 +213,6 @@ def _cross_file(args: argparse.Namespace, path: Path, language: str):
     return lambda context, cap=budget: sources.snippets(str(file), language, context, min(budget, cap))
 
 
-
 def _guarded(command, args: argparse.Namespace) -> int:
     try:
         return command(args)

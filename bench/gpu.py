@@ -416,52 +416,30 @@ def _free(device) -> None:
         torch.cuda.empty_cache()
 
 
-def run_benchmark(scale: Scale, device_name: str, dtype_name: str, *, compiled: bool = True, log=None) -> GpuReport:
-    """Everything in the module docstring, in order; `log` gets one line per figure as it lands."""
+MODELS = ("diffusion", "autoregressive")
+
+
+def run_benchmark(scale: Scale, device_name: str, dtype_name: str, *, compiled: bool = True, eager: bool = True,
+                  models=MODELS, log=None) -> GpuReport:
+    """Everything in the module docstring, in order; `log` gets one line per figure as it lands.
+
+    `models` picks the diffusion model, the autoregressive baseline or both: a lent GPU's minutes are
+    few, and each full-size model costs a build and, on the compiled path, a compilation."""
     import torch
     import transformers
-    from transformers import DiffusionGemmaForBlockDiffusion, Gemma4ForCausalLM, StaticCache
 
     log = log or (lambda line: None)
     device, dtype = torch.device(device_name), getattr(torch, dtype_name)
-    modes = ("eager", "compiled") if compiled else ("eager",)
-
-    model = build_random(DiffusionGemmaForBlockDiffusion, diffusion_config(scale), device, dtype)
-    parameters, weight_bytes = _text_parameters(model)
-    log(f"diffusion model: {_count(parameters)} text parameters, {weight_bytes / 1e9:.2f} GB on {device}")
-    attention = str(model.config.text_config._attn_implementation)
-    experts = str(getattr(model.config.text_config, "_experts_implementation", None))
+    modes = (("eager",) if eager else ()) + (("compiled",) if compiled else ())
     diffusion: list[DiffusionFigure] = []
-    for mode in modes:
-        cache = None
-        if mode == "compiled":
-            # One cache sized for the longest prompt: compiled graphs are reused across prompt lengths.
-            cache = StaticCache(
-                config=model.config.get_text_config(decoder=True),
-                max_cache_len=max(scale.prompts) + scale.canvas_length,
-            )
-        for batch in (1, *scale.candidates):
-            if batch > 1 and mode == "compiled":
-                cache = StaticCache(
-                    config=model.config.get_text_config(decoder=True),
-                    max_cache_len=max(scale.prompts) + scale.canvas_length,
-                )
-            for prompt in scale.prompts:
-                figure = measure_diffusion(model, scale, prompt, batch, mode, cache)
-                diffusion.append(figure)
-                log(_describe(figure))
-        del cache
-    del model
-    _free(device)
-
-    model = build_random(Gemma4ForCausalLM, autoregressive_config(scale), device, dtype)
-    autoregressive = []
-    for mode in modes:
-        figure = measure_autoregressive(model, scale, min(scale.prompts), mode)
-        autoregressive.append(figure)
-        log(_describe(figure))
-    del model
-    _free(device)
+    autoregressive: list[AutoregressiveFigure] = []
+    parameters = weight_bytes = 0
+    attention = experts = "not measured"
+    if "diffusion" in models:
+        parameters, weight_bytes, attention, experts = _measure_diffusion_model(scale, device, dtype, modes,
+                                                                                diffusion, log)
+    if "autoregressive" in models:
+        _measure_autoregressive_model(scale, device, dtype, modes, autoregressive, log)
 
     speedup = {}
     for ar in autoregressive:
@@ -484,6 +462,47 @@ def run_benchmark(scale: Scale, device_name: str, dtype_name: str, *, compiled: 
         autoregressive=autoregressive,
         speedup_vs_autoregressive=speedup,
     )
+
+
+def _measure_diffusion_model(scale: Scale, device, dtype, modes, figures: list, log) -> tuple[int, int, str, str]:
+    """Every diffusion figure into `figures`; returns the text parameters, their bytes, attention and experts."""
+    from transformers import DiffusionGemmaForBlockDiffusion, StaticCache
+
+    model = build_random(DiffusionGemmaForBlockDiffusion, diffusion_config(scale), device, dtype)
+    parameters, weight_bytes = _text_parameters(model)
+    log(f"diffusion model: {_count(parameters)} text parameters, {weight_bytes / 1e9:.2f} GB on {device}")
+    attention = str(model.config.text_config._attn_implementation)
+    experts = str(getattr(model.config.text_config, "_experts_implementation", None))
+    for mode in modes:
+        cache = None
+        for batch in (1, *scale.candidates):
+            if mode == "compiled":
+                # One cache sized for the longest prompt: compiled graphs are reused across prompt lengths
+                # (a new one per batch size).
+                cache = StaticCache(
+                    config=model.config.get_text_config(decoder=True),
+                    max_cache_len=max(scale.prompts) + scale.canvas_length,
+                )
+            for prompt in scale.prompts:
+                figure = measure_diffusion(model, scale, prompt, batch, mode, cache)
+                figures.append(figure)
+                log(_describe(figure))
+        del cache
+    del model
+    _free(device)
+    return parameters, weight_bytes, attention, experts
+
+
+def _measure_autoregressive_model(scale: Scale, device, dtype, modes, figures: list, log) -> None:
+    from transformers import Gemma4ForCausalLM
+
+    model = build_random(Gemma4ForCausalLM, autoregressive_config(scale), device, dtype)
+    for mode in modes:
+        figure = measure_autoregressive(model, scale, min(scale.prompts), mode)
+        figures.append(figure)
+        log(_describe(figure))
+    del model
+    _free(device)
 
 
 def _describe(figure) -> str:
@@ -525,6 +544,11 @@ def add_arguments(parser) -> None:
                         help="full: the real architecture (needs CUDA); tiny: the same code on a shrunk config")
     parser.add_argument("--no-compile", dest="compiled", action="store_false",
                         help="skip the static-cache + torch.compile path")
+    parser.add_argument("--no-eager", dest="eager", action="store_false",
+                        help="skip the eager path (with --only autoregressive: the compiled baseline alone)")
+    parser.add_argument("--only", choices=MODELS, help="measure one model (default: both)")
+    parser.add_argument("--candidates", type=lambda text: tuple(int(n) for n in text.split(",") if n),
+                        help="batch sizes after batch 1, comma-separated ('' for batch 1 only; default 2,4)")
 
 
 def run(args) -> int:
@@ -540,7 +564,10 @@ def run(args) -> int:
         say("dgemma-lsp bench gpu: CUDA was asked for but torch sees no GPU")
         return 2
     dtype = args.dtype or ("bfloat16" if device.startswith("cuda") else "float32")
-    report = run_benchmark(scale, device, dtype, compiled=args.compiled, log=say)
+    if args.candidates is not None:
+        scale = msgspec.structs.replace(scale, candidates=args.candidates)
+    models = (args.only,) if args.only else MODELS
+    report = run_benchmark(scale, device, dtype, compiled=args.compiled, eager=args.eager, models=models, log=say)
     write_report(report, getattr(args, "json", False), format_table)
     return 0
 

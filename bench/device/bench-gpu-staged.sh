@@ -34,5 +34,8 @@ stage step-fp8 90 step --modes fp8
 stage gpu-eager 200 gpu --no-compile
 stage step-int8-none 120 step --modes int8,none
 stage quant 150 quant
-# Never reached in the first GPU session: the compiled path and the autoregressive baseline, with what is left.
-stage gpu-compiled 300 gpu
+# The compiled paths at batch 1 (first measured in session 47, after SKIP_STAGES the ones above), then the eager
+# baseline: 256 eager tokens x 7 runs take ~2 minutes of their own.
+stage autoregressive 270 gpu --only autoregressive --no-eager
+stage gpu-compiled 300 gpu --only diffusion --candidates ""
+stage autoregressive-eager 200 gpu --only autoregressive --no-compile

@@ -33,6 +33,17 @@ def test_tiny_scale_compiled_path_runs_static_cache_and_torch_compile():
     assert set(report.speedup_vs_autoregressive) == {"eager", "compiled"}
 
 
+
+def test_only_one_model_measures_that_model_alone():
+    # A lent GPU's minutes are few: the baseline can run without the diffusion model, and the other way round.
+    scale = msgspec.structs.replace(gpu.TINY, prompts=(32,), candidates=(), steps=2, autoregressive_tokens=4)
+    baseline = gpu.run_benchmark(scale, "cpu", "float32", compiled=False, models=("autoregressive",))
+    assert baseline.diffusion == [] and [f.mode for f in baseline.autoregressive] == ["eager"]
+    assert baseline.speedup_vs_autoregressive == {} and "autoregressive eager" in gpu.format_table(baseline)
+    diffusion = gpu.run_benchmark(scale, "cpu", "float32", compiled=False, models=("diffusion",))
+    assert [(f.prompt_tokens, f.candidates) for f in diffusion.diffusion] == [(32, 1)]
+    assert diffusion.autoregressive == []
+
 class _StorageBytes(TorchDispatchMode):
     """Bytes of every distinct storage an operator returns on the CPU: what building a model allocates there."""
 

@@ -14,8 +14,8 @@ data-parallel processes of one thread each (parallel.py: on 2 cores, 1.5-1.8x th
 of one process, for up to a fifth more CPU-seconds a step). The checkpoint keeps the CPU-seconds
 and the answer tokens the decoder has been trained on; `log.jsonl` gets one line per
 checkpoint (step, CPU-seconds, tokens, answer tokens, the window's mean losses), and
-`snapshots/cpu-NNNNNN.pt` keeps the weights every `snapshotEveryCpuS`, for a curve of
-quality per CPU-hour (bench/tiny_code.py and validation.py read them). A recipe's
+`snapshots/cpu-NNNNNN.pt` keeps the weights every `snapshotEveryCpuS` and when the schedule
+ends, for a curve of quality per CPU-hour (bench/tiny_code.py and validation.py read them). A recipe's
 `checkpointEveryCpuS` saves by CPU time instead of by step.
 
 The model is transformers' own DiffusionGemmaForBlockDiffusion from a config (the recipe's
@@ -270,6 +270,8 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     progress.close()
     if not ranks.is_main:
         return 0
+    if snapshot_cpu and step == total_steps:  # the model the schedule ends with, on the per-CPU-hour curve too
+        _save_snapshot(run_dir, model, cpu_seconds(), step, tokens_seen, answer_seen)
     record = {
         "recipe": recipe, "steps": step, "tokens": tokens_seen, "parameters": params,
         "cpuSeconds": cpu_seconds(), "answerTokens": answer_seen, "finalLoss": _window_means(window),

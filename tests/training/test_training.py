@@ -22,7 +22,8 @@ MICRO = {
     "model": {"hidden": 32, "intermediate": 64, "layers": 2, "heads": 2, "kvHeads": 1, "headDim": 16,
               "slidingWindow": 32, "experts": 2, "topK": 1, "moeIntermediate": 32, "canvas": 16, "spareIds": 64},
     "train": {"steps": 3, "batch": 2, "lr": 0.003, "warmup": 1, "weightDecay": 0.1, "clipNorm": 1.0,
-              "selfConditioning": 0.5, "encoderLossWeight": 1.0, "eps": 0.001, "checkpointEvery": 1},
+              "selfConditioning": 0.5, "encoderLossWeight": 1.0, "eps": 0.001, "checkpointEvery": 1,
+              "snapshotEveryCpuS": 10**6},  # no snapshot on the way: only the one each schedule ends with
     "generation": {"steps": 4, "entropyBound": 0.1},
 }
 
@@ -230,6 +231,11 @@ def test_a_run_resumes_where_it_stopped_and_its_model_loads(tmp_path):
     lines = [json.loads(line) for line in (tmp_path / "resumed" / "log.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [1, 2, 3]
     assert lines[-1]["cpuSeconds"] >= lines[0]["cpuSeconds"] and "answerAccuracy" in lines[-1]
+    # The weights each finished schedule ends with are a snapshot too, so the curve ends where the run did.
+    for run, checkpoint in (("straight", straight), ("resumed", resumed)):
+        last = torch.load(sorted((tmp_path / run / "snapshots").iterdir())[-1], weights_only=False)
+        assert last["step"] == 3 and last["cpuSeconds"] == pytest.approx(checkpoint["cpuSeconds"], abs=5)
+        assert all(torch.equal(value, checkpoint["model"][name].to(value.dtype)) for name, value in last["model"].items())
     # AdamW's moments are kept in bf16 (the checkpoint is committed to git): the resumed run's weights
     # differ from the unbroken run's by that rounding only, far below one step's update (lr 3e-3).
     moments = [v for state in resumed["optimizer"]["state"].values() for k, v in state.items() if k != "step"]

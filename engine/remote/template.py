@@ -28,6 +28,7 @@ from ..errors import ModelNotFoundError
 from ..runtime.loading import DEFAULT_MODEL_ID
 from ..runtime.prompting import (
     FIM_TOKEN_SETS,
+    MODEL_CONTEXT_KEY,
     MODEL_LAYOUT_KEY,
     TEMPLATE_PLACEHOLDER,
     PromptLayout,
@@ -99,7 +100,8 @@ def layout_from_folder(folder: Path) -> PromptLayout:
         **variables,
     )
     head, tail = split_rendered_template(rendered)
-    return PromptLayout(head, tail, find_fim_tokens(_token_names(folder, config)), config.get(MODEL_LAYOUT_KEY))
+    return PromptLayout(head, tail, find_fim_tokens(_token_names(folder, config)), config.get(MODEL_LAYOUT_KEY),
+                        config.get(MODEL_CONTEXT_KEY))
 
 
 def render_chat_template(template: str, **variables) -> str:

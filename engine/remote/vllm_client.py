@@ -340,6 +340,8 @@ class VllmEngineClient:
             device=f"remote {self.url}",
             message=self._message,
             last_latency_ms=self._last_latency_ms,
+            # The served model's own limit, from its tokenizer files: the server cuts contexts to it.
+            context_tokens=self._layout.context_tokens if self._layout is not None else None,
         )
 
     def on_status(self, listener: StatusListener) -> None:

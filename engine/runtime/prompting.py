@@ -66,7 +66,11 @@ MODEL_CONTEXT_KEY = "dgemma_context_tokens"
 
 def model_context_tokens(tokenizer) -> int | None:
     """The model's own context limit (MODEL_CONTEXT_KEY), or None when it names none or names nonsense."""
-    value = getattr(tokenizer, "init_kwargs", {}).get(MODEL_CONTEXT_KEY)
+    return context_tokens_value(getattr(tokenizer, "init_kwargs", {}).get(MODEL_CONTEXT_KEY))
+
+
+def context_tokens_value(value) -> int | None:
+    """MODEL_CONTEXT_KEY's value as a count of tokens, or None when it is none (absent, not a positive int)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 CROSS_FILE_HEAD = "\n\nCode from other files of the workspace, for reference:"
@@ -115,12 +119,15 @@ class PromptLayout:
     """
 
     def __init__(self, template_head: str, template_tail: str, fim_tokens: tuple[str, str, str] | None = None,
-                 default_layout: str | None = None):
+                 default_layout: str | None = None, context_tokens: int | None = None):
         self.template_head = template_head
         self.template_tail = template_tail
         self.fim_tokens = fim_tokens
         self.default_layout = default_layout if default_layout in PROMPT_LAYOUTS else DEFAULT_PROMPT_LAYOUT
         """The layout of a request that names none: the model's own (MODEL_LAYOUT_KEY), else natural."""
+        self.context_tokens = context_tokens_value(context_tokens)
+        """The most context the model reads well (MODEL_CONTEXT_KEY); None: no limit. A remote engine,
+        which loads no tokenizer, reports it from here (EngineStatus.context_tokens)."""
 
     @classmethod
     def from_tokenizer(cls, tokenizer) -> PromptLayout:
@@ -131,7 +138,7 @@ class PromptLayout:
             )
         )
         return cls(head, tail, find_fim_tokens(tokenizer.get_vocab()),
-                   getattr(tokenizer, "init_kwargs", {}).get(MODEL_LAYOUT_KEY))
+                   getattr(tokenizer, "init_kwargs", {}).get(MODEL_LAYOUT_KEY), model_context_tokens(tokenizer))
 
     def text(
         self, context: InfillContext, *, rewrite: bool = False, original: str | None = None, layout: str | None = None,

@@ -11,7 +11,9 @@ recovers by itself once the server answers again.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import shutil
 from collections.abc import AsyncIterator
 
 import pytest
@@ -19,6 +21,7 @@ from completions_server import CompletionsServer
 
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
 from dgemma_lsp.engine.client import EngineUnavailableError
+from dgemma_lsp.engine.remote.template import TOKENIZER_FILES
 from dgemma_lsp.engine.remote.vllm_client import (
     Backoff,
     RemoteEngineError,
@@ -26,7 +29,7 @@ from dgemma_lsp.engine.remote.vllm_client import (
     Timeouts,
     VllmEngineClient,
 )
-from dgemma_lsp.engine.runtime.prompting import PromptBuilder
+from dgemma_lsp.engine.runtime.prompting import MODEL_CONTEXT_KEY, PromptBuilder
 from dgemma_lsp.engine.runtime.tiny_model import tiny_random_dir
 
 CONTEXT = InfillContext(
@@ -289,6 +292,22 @@ async def test_the_api_key_is_sent_as_a_bearer_token(server: CompletionsServer):
         await keyless.client.close()
         await keyed.client.close()
 
+
+async def test_the_served_models_context_limit_is_in_the_status(server: CompletionsServer, remote: Watched, tmp_path):
+    # The server cuts every request's context to EngineStatus.context_tokens (tests/server/test_model_context.py);
+    # a remote engine loads no tokenizer, so it reads the limit from the tokenizer files it lays prompts out with.
+    assert remote.client.status().context_tokens is None  # tiny-random names none
+    for name in TOKENIZER_FILES:
+        if (tiny_random_dir() / name).is_file():
+            shutil.copy(tiny_random_dir() / name, tmp_path / name)
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, MODEL_CONTEXT_KEY: 120}))
+    limited = await started(server, tokenizer=str(tmp_path))
+    try:
+        await limited.reaches("ready")
+        assert limited.client.status().context_tokens == 120
+    finally:
+        await limited.client.close()
 
 async def test_a_model_the_server_does_not_serve_is_an_error(server: CompletionsServer):
     watched = await started(server, model=str(tiny_random_dir()))  # right tokenizer, wrong served name

@@ -82,9 +82,8 @@ class CausalReader:
     def status(self):
         """The engine's status fields this bench reads: the model's own context limit."""
         from dgemma_lsp.engine.api import EngineStatus
-        from dgemma_lsp.engine.runtime.prompting import model_context_tokens
 
-        return EngineStatus(state="ready", model="", context_tokens=model_context_tokens(self.tokenizer))
+        return EngineStatus(state="ready", model="", context_tokens=self.prompts.layout.context_tokens)
 
     def denoise(self, request):
         """The greedy answer to a DenoiseRequest, shaped as the model's output for finish_candidates."""

@@ -32,7 +32,7 @@ from .compiled_step import CompiledDenoiser, compile_enabled
 from .loading import load_model_and_tokenizer
 from .memory_plan import default_prompt_cache_bytes
 from .prompt_cache import PromptCache
-from .prompting import PromptBuilder, PromptIds, model_context_tokens
+from .prompting import PromptBuilder, PromptIds
 from .rewriting import (
     KEEP_MODES,
     PinKeptTokens,
@@ -121,8 +121,6 @@ class DenoisingRuntime:
         self.tokenizer = tokenizer
         self.device = torch.device(device)
         self.prompts = PromptBuilder(tokenizer)
-        self.context_tokens: int | None = model_context_tokens(tokenizer)
-        """The most context the model reads well (EngineStatus.context_tokens); None: no limit."""
         self.prompt_cache = PromptCache(default_prompt_cache_bytes(str(self.device)))
         self.canvas_length: int = model.config.canvas_length
         self.vocab_size: int = model.config.text_config.vocab_size
@@ -140,6 +138,11 @@ class DenoisingRuntime:
         """Bytes of the model's parameters and buffers; fixed once loaded (status reads it often)."""
         self.compiled: CompiledDenoiser | None = None
         """Denoising steps as CUDA graph replays (compiled_step.py); None: transformers' generate."""
+
+    @property
+    def context_tokens(self) -> int | None:
+        """The most context the model reads well (EngineStatus.context_tokens); None: no limit."""
+        return self.prompts.layout.context_tokens
 
     @classmethod
     def load(cls, spec: str, *, device=None, dtype=None, quantization="none", allow_download=False, compile=None,

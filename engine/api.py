@@ -230,6 +230,7 @@ class EngineStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Requests this engine stopped on a cancel before their last step, since it started (a
     request that finished before its cancel was seen is not counted)."""
     context_tokens: int | None = None
-    """Once loaded: the most prompt context the model reads well, in the context budget's tokens (its
+    """The most prompt context the model reads well, in the context budget's tokens (its
     folder's `dgemma_context_tokens`, prompting.MODEL_CONTEXT_KEY); None: no limit. A model trained on
-    short contexts writes noise past them, so the server cuts every request's budget to this."""
+    short contexts writes noise past them, so the server cuts every request's budget to this. Known before the
+    model loads (read from its folder), so a request made during the load is cut too."""

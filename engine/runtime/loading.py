@@ -13,11 +13,12 @@ to do. Knows torch and transformers; knows nothing of prompts or LSP.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import ModelLoadError, ModelNotFoundError
+from ..errors import EngineError, ModelLoadError, ModelNotFoundError
 from .memory_plan import FitPlan, available_host_bytes, check_fit, free_device_bytes
 
 ProgressFn = Callable[[int, int], None]
@@ -64,6 +65,21 @@ def resolve_model_folder(spec: str, *, allow_download: bool = False) -> Path:
             f"model '{spec}' is not in the Hugging Face cache; run `dgemma-lsp fetch-model {spec}` "
             "to download it (~52 GB), or pass --model with a local folder"
         ) from None
+
+
+def declared_context_tokens(spec: str) -> int | None:
+    """The context limit the model's folder names (prompting.MODEL_CONTEXT_KEY in its tokenizer_config.json), read
+    without loading anything: known before the weights are; None when it names none, or its folder is not at hand
+    (the load then says why)."""
+    from .prompting import MODEL_CONTEXT_KEY, context_tokens_value
+    from .tiny_model import builtin_model_folder
+
+    try:
+        folder = builtin_model_folder(spec, build=False) or resolve_model_folder(spec)
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (EngineError, OSError, ValueError):
+        return None
+    return context_tokens_value(config.get(MODEL_CONTEXT_KEY)) if isinstance(config, dict) else None
 
 
 def fetch_model(model_id: str = DEFAULT_MODEL_ID) -> Path:

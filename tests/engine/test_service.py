@@ -5,6 +5,7 @@ template (PromptBuilder raises ValueError while the runtime is set up). Fixing t
 folder and retrying — after the backoff, or at once with reload — loads it.
 """
 
+import json
 import os
 import shutil
 import sys
@@ -109,6 +110,19 @@ async def test_in_process_reload_after_a_fix(no_template_folder):
     assert (await client.reload()).state == "ready"
     assert (await client.denoise(REQUEST, lambda draft: None)).candidates
     await client.close()
+
+
+def test_the_models_context_limit_is_known_before_its_weights_load(tmp_path):
+    """A request prepared while the model loads is cut to the limit the model will read it with."""
+    folder = tmp_path / "short-context"
+    shutil.copytree(ensure_tiny_random_model(), folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "dgemma_context_tokens": 400}))
+    service = InfillService(str(folder))
+    assert not service.loaded and service.status().context_tokens == 400
+    service.load()
+    assert service.status().context_tokens == 400
+    assert InfillService(str(tmp_path / "no-such-model")).status().context_tokens is None
 
 
 def test_a_serving_engine_leaves_a_core_or_takes_the_threads_it_is_told(monkeypatch):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `make e2e`: the extension in a real VS Code (code-server 4.139 in headless
-# Chromium, driven by playwright-core) against `dgemma-lsp --stdio --model tiny-random`.
+# Chromium, driven by playwright-core) against `dgemma-lsp --stdio --model tiny-random`
+# (E2E_MODEL=tiny: the trained model, for the README's picture; its checks are about behaviour either way).
 # Installs the tools (idempotent, into .tools/), builds and installs the .vsix
 # into a fresh profile, runs e2e/run.mjs. Screenshots and logs land in
 # artifacts/vscode/. Exits non-zero on failure; the last line reads
@@ -39,7 +40,7 @@ printf 'auth: none\ncert: false\n' > "$RUN_DIR/config.yaml"
 cat > "$RUN_DIR/user-data/User/settings.json" <<JSON
 {
   "dgemma.server.path": "$SERVER",
-  "dgemma.server.args": ["--model", "tiny-random", "--engine", "inprocess",
+  "dgemma.server.args": ["--model", "${E2E_MODEL:-tiny-random}", "--engine", "inprocess",
                          "--log-file", "$ARTIFACTS/dgemma-lsp.log", "--log-level", "INFO"],
   "dgemma.steps": 8,
   "dgemma.maxTokens": 32,

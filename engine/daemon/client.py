@@ -40,6 +40,7 @@ import msgspec
 from .. import errors
 from ..api import DenoiseRequest, DenoiseResult, EngineStatus
 from ..client import DraftListener, EngineUnavailableError, StatusListener
+from ..runtime.loading import declared_context_tokens
 from .paths import (
     EnginePaths,
     FileLock,
@@ -348,7 +349,8 @@ class DaemonEngineClient:
         self._idle_unload = idle_unload
         self._log_level = log_level
         self._name = name
-        self._status = EngineStatus(state="idle", model=key.model)
+        # The model folder's context limit, known before the daemon answers: a request prepared meanwhile is cut too.
+        self._status = EngineStatus(state="idle", model=key.model, context_tokens=declared_context_tokens(key.model))
         self._listeners: list[StatusListener] = []
         self._session: DaemonSession | None = None
         self._connecting: asyncio.Task[DaemonSession] | None = None

@@ -1,10 +1,12 @@
-"""A daemon whose model fails to set up: `error` with the reason (never `loading` forever), then reload.
+"""A daemon's model before it is ready: one that fails to set up is `error` with the reason (never `loading`
+forever), then reload; one that names its context limit has it in the status from the start.
 
 The failure is real: a copy of the tiny model folder whose tokenizer has no chat template.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -31,5 +33,20 @@ async def test_a_set_up_failure_is_reported_as_error_and_reload_recovers(runtime
         shutil.copy(source / "chat_template.jinja", folder / "chat_template.jinja")
         assert (await within(engine.reload())).state == "ready"
         assert (await within(engine.denoise(quick(), lambda draft: None))).candidates
+    finally:
+        await engine.close()
+
+
+async def test_the_models_context_limit_is_in_the_status_before_the_daemon_answers(runtime_dir, tmp_path):
+    folder = tmp_path / "short-context"
+    shutil.copytree(ensure_tiny_random_model(), folder)
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    (folder / "tokenizer_config.json").write_text(json.dumps({**config, "dgemma_context_tokens": 400}))
+    engine = DaemonEngineClient(engine_key(str(folder)), spawn=True, idle_unload=None, name="test")
+    try:
+        assert engine.status().context_tokens == 400  # no daemon yet
+        await engine.start()
+        status = await wait_for_status(engine, lambda status: status.state == "ready")
+        assert status.context_tokens == 400
     finally:
         await engine.close()

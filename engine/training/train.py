@@ -152,6 +152,8 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
         recipe = json.loads(recipe_file.read_text())
     else:
         recipe = load_recipe(args.config)
+    if args.steps:  # the schedule's length (its cosine reads it): kept, so a plain resume follows the same schedule
+        recipe["train"]["steps"] = args.steps
     seed = recipe["seed"]
     torch.set_num_threads(args.threads or torch.get_num_threads())
     data, schedule = recipe["data"], recipe["train"]
@@ -198,7 +200,7 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
         log.info("resumed %s at step %d", run_dir, step)
     if not ranks.is_main:  # the checkpoint keeps rank 0's noise; another rank's is seeded by rank and start
         generator = torch.Generator().manual_seed(seed * 1_000_003 + 7_919 * ranks.rank + step)
-    total_steps = args.steps or schedule["steps"]
+    total_steps = schedule["steps"]
     batch_size = schedule["batch"]
     log.info("model: %.2fM parameters; %d files, %.1f MB of code; %d steps of %d examples in %d process(es)",
              params / 1e6, len(files), manifest["bytes"] / 1e6, total_steps, batch_size, ranks.world)
@@ -446,7 +448,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_dir", help="folder for the run: tokenizer, checkpoint, and model/ at the end")
     parser.add_argument("--config", help="recipe JSON (default: the run folder's own recipe.json when it has one, "
                                          f"else the shipped {DEFAULT_CONFIG})")
-    parser.add_argument("--steps", type=int, help="stop after this many optimizer steps (default: the recipe's)")
+    parser.add_argument("--steps", type=int, help="the schedule's length in optimizer steps: training stops "
+                        "there and the learning rate's cosine ends there (default: the recipe's; kept in the run's "
+                        "recipe.json for later resumes)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's; 1 in each of --procs)")
     parser.add_argument("--procs", type=int, default=1,
                         help="data-parallel processes, each with its share of every batch (default 1)")

@@ -222,6 +222,7 @@ def test_a_run_resumes_where_it_stopped_and_its_model_loads(tmp_path):
     recipe.write_text(json.dumps(MICRO))
     _train(tmp_path / "straight", recipe, 3)
     _train(tmp_path / "resumed", recipe, 2)
+    assert json.loads((tmp_path / "resumed" / "recipe.json").read_text())["train"]["steps"] == 2  # a resume keeps it
     _train(tmp_path / "resumed", None, 3)  # no --config: the run's own recipe (the default one has another shape)
     straight = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)
     resumed = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=False)

@@ -23,7 +23,7 @@ def _train(run_dir: Path, *options: str, recipe: Path | None = None):
                              "--quiet", *options], stderr=subprocess.PIPE, text=True)
 
 
-def _finish(process: subprocess.Popen, timeout: float = 300) -> int:
+def _finish(process: subprocess.Popen, timeout: float = 300) -> tuple[int, str]:
     _, stderr = process.communicate(timeout=timeout)
     return process.returncode, stderr
 
@@ -43,9 +43,11 @@ def test_two_ranks_train_the_examples_one_process_trains_and_keep_one_model(tmp_
     recipe = tmp_path / "micro.json"
     recipe.write_text(json.dumps(MICRO))
     one = _train(tmp_path / "one", "--steps", "3", "--threads", "1", recipe=recipe)
-    assert _finish(one)[0] == 0
+    code, stderr = _finish(one)
+    assert code == 0, stderr[-3000:]
     two = _train(tmp_path / "two", "--steps", "3", "--procs", "2", recipe=recipe)
-    assert _finish(two)[0] == 0
+    code, stderr = _finish(two)
+    assert code == 0, stderr[-3000:]  # which rank failed, and why
     single = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=False)
     split = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=False)
     # The same examples, split in two: the same tokens and answer tokens, step by step.
@@ -76,5 +78,6 @@ def test_a_stop_reaches_every_rank_the_checkpoint_is_saved_and_the_run_resumes(t
     stopped = torch.load(run / "checkpoint.pt", weights_only=False)["step"]
     assert 2 <= stopped < 100000 and "checkpoint saved" in stderr
     resumed = _train(run, "--steps", str(stopped + 2), "--procs", "2")
-    assert _finish(resumed)[0] == 0
+    code, stderr = _finish(resumed)
+    assert code == 0, stderr[-3000:]
     assert torch.load(run / "checkpoint.pt", weights_only=False)["step"] == stopped + 2

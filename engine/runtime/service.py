@@ -15,6 +15,7 @@ same error at once); `reload` retries now (the `dgemma.reloadModel` command).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -154,7 +155,6 @@ class InfillService:
         self._failure: EngineError | None = None  # the last load's error, while it stands
         self._failures = 0  # consecutive failed loads
         self._retry_at = 0.0  # the clock's time before which a load re-raises _failure
-        self._declared_context: tuple[int | None] | None = None  # (the folder's limit,) once read
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -286,17 +286,16 @@ class InfillService:
             progress=self._progress if self._state == "loading" else None,
             prompt_cache_bytes=runtime.prompt_cache.bytes if runtime else 0,
             cancelled=self._cancelled,
-            context_tokens=runtime.context_tokens if runtime else self._context_tokens_before_load(),
+            context_tokens=runtime.context_tokens if runtime else self._declared_context_tokens,
         )
 
-    def _context_tokens_before_load(self) -> int | None:
+    @functools.cached_property
+    def _declared_context_tokens(self) -> int | None:
         """The limit the model's folder names, read once before its weights load: a request prepared while
         the model loads is then cut the way the model will read it."""
-        if self._declared_context is None:
-            from .loading import declared_context_tokens
+        from .loading import declared_context_tokens
 
-            self._declared_context = (declared_context_tokens(self.model_spec),)
-        return self._declared_context[0]
+        return declared_context_tokens(self.model_spec)
 
     # -- work ------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ import msgspec
 from dgemma_lsp.engine.crossfile.files import indexable_language
 from dgemma_lsp.engine.crossfile.gather import CrossFileSources, heading_tokens
 from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
-from dgemma_lsp.engine.runtime.prompting import cross_file_comments
+from dgemma_lsp.engine.model.prompting import cross_file_comments
 from dgemma_lsp.engine.syntax.context import build_context
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import DEFAULT_CONTEXT_TOKENS

@@ -349,7 +349,7 @@ def _config():
 def _skeleton(config):
     import torch
 
-    from dgemma_lsp.engine.runtime.loading import _skeleton
+    from dgemma_lsp.engine.weights.loading import _skeleton
 
     return _skeleton(config, torch.bfloat16)
 
@@ -357,7 +357,7 @@ def _skeleton(config):
 def checkpoint_layout(skeleton) -> list[tuple[str, tuple[int, ...], object]]:
     """(name, shape, dtype) of every tensor the checkpoint holds for the text model: each tied
     tensor once, persistent buffers, no vision tower."""
-    from dgemma_lsp.engine.runtime.text_model import is_vision_key
+    from dgemma_lsp.engine.weights.text_model import is_vision_key
 
     layout = []
     for name, parameter in skeleton.named_parameters():
@@ -375,8 +375,8 @@ def planned_bytes(config) -> dict[str, int]:
     """The loader's own plan (streaming.planned_bytes) for each mode, from the checkpoint's shapes."""
     import torch
 
-    from dgemma_lsp.engine.runtime.streaming import TensorInfo
-    from dgemma_lsp.engine.runtime.streaming import planned_bytes as plan
+    from dgemma_lsp.engine.weights.streaming import TensorInfo
+    from dgemma_lsp.engine.weights.streaming import planned_bytes as plan
 
     skeleton = _skeleton(config)
     names = {torch.bfloat16: "BF16", torch.float32: "F32"}
@@ -387,7 +387,7 @@ def planned_bytes(config) -> dict[str, int]:
 
 def modes_offered(gpu: VirtualGpu, planned: dict[str, int]) -> list[str]:
     """The modes the loader's fit check accepts on this card with nothing else on it."""
-    from dgemma_lsp.engine.runtime.memory_plan import FitPlan
+    from dgemma_lsp.engine.weights.memory_plan import FitPlan
 
     plan = FitPlan(mode="none", device="cuda", resident_bytes=planned, device_free_bytes=gpu.memory_bytes,
                    host_free_bytes=64 * GIB, host_pass_bytes=0)  # fmt: skip
@@ -399,7 +399,7 @@ def load_fake(skeleton, layout, mode: str):
     with the meta skeleton built outside it)."""
     import torch
 
-    from dgemma_lsp.engine.runtime.streaming import SkeletonFiller
+    from dgemma_lsp.engine.weights.streaming import SkeletonFiller
 
     filler = SkeletonFiller(skeleton, device="cuda", mode=mode)
     for name, shape, dtype in layout:
@@ -418,7 +418,7 @@ def _storages(tensors) -> dict[int, int]:
 
 
 def _denoiser_class():
-    from dgemma_lsp.engine.runtime.compiled_step import CompiledDenoiser
+    from dgemma_lsp.engine.kernels.compiled_step import CompiledDenoiser
 
     class WatchedDenoiser(CompiledDenoiser):
         """The product's denoiser; each step call runs inside the watcher's step phase."""
@@ -494,7 +494,7 @@ def virtual_gpu(gpu: VirtualGpu) -> Iterator[None]:
     """torch.cuda.get_device_capability answers for `gpu`; the product's cached answer is dropped."""
     import torch
 
-    from dgemma_lsp.engine.runtime import fused_moe
+    from dgemma_lsp.engine.kernels import fused_moe
 
     original = torch.cuda.get_device_capability
     torch.cuda.get_device_capability = lambda device=None: gpu.capability

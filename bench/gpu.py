@@ -1,6 +1,6 @@
 """`dgemma-lsp bench gpu`: speed of the full-size DiffusionGemma architecture on a GPU.
 
-Builds google/diffusiongemma-26B-A4B-it's architecture (bench/configs/, which
+Builds google/diffusiongemma-26B-A4B-it's architecture (engine/model/configs/, which
 says which values are assumed) with random bf16 weights created directly on
 the GPU (speed does not depend on weight values), then measures at batch 1:
 ms per denoising step, ms per 256-token canvas at 16 fixed steps with early
@@ -28,11 +28,10 @@ from typing import Any
 
 import msgspec
 
+from dgemma_lsp.engine.model.architecture import AUTOREGRESSIVE_CONFIG, DIFFUSION_CONFIG
+
 from .report import say, write_report
 
-CONFIG_DIR = Path(__file__).resolve().parent / "configs"
-DIFFUSION_CONFIG = CONFIG_DIR / "diffusiongemma-26B-A4B-it.json"
-AUTOREGRESSIVE_CONFIG = CONFIG_DIR / "gemma-4-26B-A4B.json"
 
 VLLM_MS_PER_CANVAS = 145.7
 """vLLM, one H100, batch 1, FP8, 4,096 input tokens, 16 fixed steps, no early stop."""

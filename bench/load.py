@@ -34,12 +34,12 @@ def run(args: argparse.Namespace) -> int:
     from dgemma_lsp.engine.errors import EngineError
     from dgemma_lsp.engine.progress import shard_progress_bar
     from dgemma_lsp.engine.runtime.denoising import _resident_bytes
-    from dgemma_lsp.engine.runtime.loading import (
+    from dgemma_lsp.engine.weights.loading import (
         load_model_and_tokenizer,
         quantized_cache_dir,
         resolve_model_folder,
     )
-    from dgemma_lsp.engine.runtime.streaming import checkpoint_files
+    from dgemma_lsp.engine.weights.streaming import checkpoint_files
 
     quantization = getattr(args, "quantization", "none")
     try:

@@ -72,7 +72,7 @@ def text_config_for(shape: str):
         from .gpu import FULL, diffusion_config
 
         return diffusion_config(FULL).text_config
-    from dgemma_lsp.engine.runtime.tiny_model import TEXT_CONFIG
+    from dgemma_lsp.engine.model.tiny_model import TEXT_CONFIG
 
     return DiffusionGemmaTextConfig(**TEXT_CONFIG)
 
@@ -107,7 +107,7 @@ def count_ops(function) -> tuple[object, int, int]:
     """Run `function()`; return its result, torch operator calls and Triton launches inside it."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from dgemma_lsp.engine.runtime.fused_moe import count_launches
+    from dgemma_lsp.engine.kernels.fused_moe import count_launches
 
     class OpCounter(TorchDispatchMode):
         def __init__(self, launches) -> None:
@@ -145,8 +145,8 @@ def _median_ms(function, device, repeats: int) -> float | None:
 def measure_mode(experts, mode: str, inputs, *, group_size: int, repeats: int) -> MoeFigure:
     import torch
 
-    from dgemma_lsp.engine.runtime import fused_moe
-    from dgemma_lsp.engine.runtime.quantization import QuantizedExperts
+    from dgemma_lsp.engine.kernels import fused_moe
+    from dgemma_lsp.engine.weights.quantization import QuantizedExperts
 
     hidden, index, weights = inputs
     quantized = QuantizedExperts.from_experts(experts, mode, group_size)

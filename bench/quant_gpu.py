@@ -10,7 +10,7 @@ the unquantized model on one fixed prompt + canvas, and ms per denoising step
 floor (bytes a step reads / HBM bandwidth) and beside bf16.
 
 `--scale full` is google/diffusiongemma-26B-A4B-it's architecture
-(bench/configs/, via bench/gpu.py) and needs CUDA; `--scale tiny` runs the
+(engine/model/configs/, via bench/gpu.py) and needs CUDA; `--scale tiny` runs the
 same code on the shrunk config on CPU (a test runs it so it is not dead
 code). Random weights say nothing of quality: the error column compares
 modes with each other, not with a real checkpoint. Tables and JSON go to
@@ -73,7 +73,7 @@ def measure_mode(
     """Build, quantize and measure one mode; returns the figure and its logits (CPU) for later comparison."""
     import torch
 
-    from dgemma_lsp.engine.runtime.quantization import quantize_model
+    from dgemma_lsp.engine.weights.quantization import quantize_model
 
     torch.manual_seed(SEED)
     model = build_random(_model_class(), config, device, dtype)
@@ -219,7 +219,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     import torch
 
-    from dgemma_lsp.engine.runtime.quantization import DEFAULT_GROUP_SIZE, MODES
+    from dgemma_lsp.engine.weights.quantization import DEFAULT_GROUP_SIZE, MODES
 
     modes = [m.strip() for m in (args.modes or ",".join(MODES)).split(",") if m.strip()]
     unknown = [m for m in modes if m not in MODES]

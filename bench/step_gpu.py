@@ -79,8 +79,8 @@ def _timed_request(denoiser, prompt: list[int], batch: int, steps: int, canvas: 
 def measure_mode(config, mode: str, scale: str, device, dtype, *, steps: int, repeats: int, log=None):
     import torch
 
-    from dgemma_lsp.engine.runtime.compiled_step import CompiledDenoiser
-    from dgemma_lsp.engine.runtime.quantization import quantize_model
+    from dgemma_lsp.engine.kernels.compiled_step import CompiledDenoiser
+    from dgemma_lsp.engine.weights.quantization import quantize_model
 
     from .quant_gpu import _free, _model_class, _step_read_bytes, _text_bytes
 

@@ -70,9 +70,9 @@ class CausalReader:
     simple, and quick enough for a bench of tiny models."""
 
     def __init__(self, model: str, max_tokens: int = 32) -> None:
-        from dgemma_lsp.engine.runtime.loading import load_model_and_tokenizer
-        from dgemma_lsp.engine.runtime.prompting import PromptBuilder
+        from dgemma_lsp.engine.model.prompting import PromptBuilder
         from dgemma_lsp.engine.training.examples import end_of_turn_id
+        from dgemma_lsp.engine.weights.loading import load_model_and_tokenizer
 
         self.model, self.tokenizer, _ = load_model_and_tokenizer(model, device="cpu", dtype="float32")
         self.prompts = PromptBuilder(self.tokenizer)

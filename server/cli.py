@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 
-from dgemma_lsp.engine.runtime.loading import DEFAULT_MODEL_ID
+from dgemma_lsp.engine.model.folders import DEFAULT_MODEL_ID
 
 SUBCOMMANDS = {
     "complete": ("dgemma_lsp.server.oneshot", "complete", "infill at FILE:LINE:COL (1-based)"),

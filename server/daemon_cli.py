@@ -43,7 +43,7 @@ from dgemma_lsp.engine.daemon.paths import (
     running_engines,
 )
 from dgemma_lsp.engine.daemon.protocol import DaemonRefusedError, EngineKey, ProtocolError
-from dgemma_lsp.engine.runtime.loading import DEFAULT_MODEL_ID
+from dgemma_lsp.engine.model.folders import DEFAULT_MODEL_ID
 
 NOT_RUNNING = 3
 

@@ -3,9 +3,9 @@
 One line per check, each that is not fine with the command that fixes it:
 - gpu: the CUDA devices torch sees and their free memory (none: the model runs on the CPU);
 - memory plan: each `--quantization` mode's planned resident size against free memory on the
-  device the engine would pick (engine/runtime/memory_plan.py's rule, the one a load enforces);
+  device the engine would pick (engine/weights/memory_plan.py's rule, the one a load enforces);
   sizes from the checkpoint's headers when it is here, else from the architecture's config
-  (the default model's ships in bench/configs/);
+  (the default model's ships in engine/model/configs/, engine/model/architecture.py);
 - checkpoint: in the Hugging Face cache (or a folder), else `dgemma-lsp fetch-model`;
 - engine daemon: the resident daemons running now and their state;
 - grammars: which tree-sitter grammars load;
@@ -20,7 +20,7 @@ here, 1 when it cannot: no checkpoint, the configured mode does not fit, or the 
 could not be read. Editors, grammars and the daemon only inform.
 
 Knows argparse, subprocesses and which engine facts to ask for; the facts themselves come
-from engine/runtime/readiness.py, imported only when the command runs (it imports torch,
+from engine/weights/readiness.py, imported only when the command runs (it imports torch,
 which the language server never does).
 """
 
@@ -90,8 +90,9 @@ def _model_checks(args: argparse.Namespace, checks: list[Check]) -> bool:
     """GPU, checkpoint and memory plan; True when the configured model can run here."""
     try:
         from dgemma_lsp.engine.errors import EngineError
-        from dgemma_lsp.engine.runtime import readiness
-        from dgemma_lsp.engine.runtime.loading import DEFAULT_MODEL_ID
+        from dgemma_lsp.engine.model.architecture import architecture_config
+        from dgemma_lsp.engine.model.folders import DEFAULT_MODEL_ID
+        from dgemma_lsp.engine.weights import readiness
     except ImportError as error:  # torch or transformers missing: nothing else can be judged
         checks.append(Check("engine", "fail", f"the engine cannot be imported: {error}",
                             "pip install torch==2.13.0 && pip install dgemma-lsp"))
@@ -115,7 +116,7 @@ def _model_checks(args: argparse.Namespace, checks: list[Check]) -> bool:
             "checkpoint", "fail", f"{args.model} is not in the Hugging Face cache ({_hf_cache()})",
             f"dgemma-lsp fetch-model {args.model}" if fetchable else "pass --model with a model folder",
         ))
-    architecture = _architecture_config(args.model, DEFAULT_MODEL_ID) if folder is None else None
+    architecture = architecture_config(args.model) if folder is None and args.model == DEFAULT_MODEL_ID else None
     try:
         plan = readiness.size_plan(folder, architecture, args.device, args.dtype)
     except EngineError as error:
@@ -149,16 +150,6 @@ def _plan_checks(plan, configured: str) -> list[Check]:
         lines.append(Check("quantization", "fail", f"no mode fits in {where} now",
                            "free memory (close other programs) or use a larger GPU"))
     return lines
-
-
-def _architecture_config(model: str, default_model: str) -> Path | None:
-    """The architecture written out for benchmarks, when the model is the default one."""
-    if model != default_model:
-        return None
-    import dgemma_lsp.bench
-
-    path = Path(dgemma_lsp.bench.__file__).parent / "configs" / f"{model.split('/')[-1]}.json"
-    return path if path.is_file() else None
 
 
 def _hf_cache() -> str:

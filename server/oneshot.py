@@ -87,7 +87,7 @@ def run_rewrite(args: argparse.Namespace) -> int:
 
 
 def run_fetch_model(args: argparse.Namespace) -> int:
-    from dgemma_lsp.engine.runtime.loading import DEFAULT_MODEL_ID, fetch_model
+    from dgemma_lsp.engine.model.folders import DEFAULT_MODEL_ID, fetch_model
 
     model_id = args.model_id or DEFAULT_MODEL_ID
     try:

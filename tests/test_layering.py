@@ -61,7 +61,7 @@ def test_nothing_but_the_server_imports_the_server():
 
 
 def test_syntax_room_is_torch_free_and_needs_no_other_room():
-    forbidden = ("torch", "transformers", "dgemma_lsp.engine.runtime", "dgemma_lsp.engine.daemon")
+    forbidden = ("torch", "transformers", "dgemma_lsp.engine.daemon", "dgemma_lsp.engine.model", *TORCH_ROOMS)
     assert offenders("engine/syntax", forbidden) == []
 
 
@@ -83,26 +83,73 @@ def test_a_language_server_on_a_daemon_loads_no_torch():
     assert done.stdout.strip() == "[]"
 
 
-TORCH_FREE_RUNTIME_MODULES = ("dgemma_lsp.engine.runtime.prompting", "dgemma_lsp.engine.runtime.loading",
-                              "dgemma_lsp.engine.runtime.tiny_model")
-"""What the remote room may take from the runtime: modules that import torch only inside functions it never calls."""
-
-
 def test_remote_room_is_torch_free_and_needs_no_daemon():
-    assert offenders("engine/remote", ("torch", "transformers", "dgemma_lsp.engine.daemon")) == []
-    for module in TORCH_FREE_RUNTIME_MODULES:  # a name that matches no module would allow nothing
-        assert (ROOT / "engine" / "runtime" / f"{module.rpartition('.')[2]}.py").is_file(), module
-    for path, names in imported_modules("engine/remote").items():
-        for name in names:
-            if name.startswith("dgemma_lsp.engine.runtime."):
-                assert any(name == m or name.startswith(m + ".") for m in TORCH_FREE_RUNTIME_MODULES), (
-                    f"{path} imports {name}"
-                )
+    forbidden = ("torch", "transformers", "dgemma_lsp.engine.daemon", *TORCH_ROOMS)
+    assert offenders("engine/remote", forbidden) == []
+
+
+def test_nothing_imports_bench_but_bench():
+    """The benchmarks read the engine; the product never reads the benchmarks (the architecture's
+    configs belong to the engine: engine/model/configs)."""
+    assert offenders("server", ("dgemma_lsp.bench",)) == []
+    assert offenders("engine", ("dgemma_lsp.bench",)) == []
+
+
+TORCH_ROOMS = ("dgemma_lsp.engine.weights", "dgemma_lsp.engine.kernels", "dgemma_lsp.engine.runtime",
+               "dgemma_lsp.engine.training")
+
+
+def test_the_model_room_is_torch_free_and_needs_no_torch_room():
+    """What a model is (its folder, prompt, built-in names) is known without torch: the server, the daemon's
+    client and the vLLM client import it. Torch may be imported only inside the functions that build a model."""
+    assert offenders("engine/model", ("dgemma_lsp.engine.daemon", "dgemma_lsp.engine.remote", *TORCH_ROOMS)) == []
+    code = ("import sys, dgemma_lsp.engine.model.folders, dgemma_lsp.engine.model.prompting, "
+            "dgemma_lsp.engine.model.tiny_model, dgemma_lsp.engine.model.architecture, "
+            "dgemma_lsp.engine.model.cache_keyword; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_torch_rooms_point_one_way():
+    """runtime -> weights -> kernels -> model: serving uses loading, loading uses the packed formats and
+    kernels, and no room reaches back up."""
+    assert offenders("engine/kernels", ("dgemma_lsp.engine.weights", "dgemma_lsp.engine.runtime",
+                                        "dgemma_lsp.engine.daemon", "dgemma_lsp.engine.training")) == []
+    assert offenders("engine/weights", ("dgemma_lsp.engine.runtime", "dgemma_lsp.engine.daemon",
+                                        "dgemma_lsp.engine.training")) == []
+    assert offenders("engine/runtime", ("dgemma_lsp.engine.daemon", "dgemma_lsp.engine.remote",
+                                        "dgemma_lsp.engine.training")) == []
+
+
+def test_no_module_imports_itself_round_a_circle():
+    """Dependencies point one way between modules too: no circle of imports, lazy ones included."""
+    graph = {}
+    for folder in ("server", "engine", "bench"):
+        for path, names in imported_modules(folder).items():
+            graph[module_name(ROOT / path)] = names
+    edges = {module: sorted(name for name in names if name in graph and name != module)
+             for module, names in graph.items()}
+    circles, state = [], {}
+
+    def visit(module: str, trail: list[str]) -> None:  # depth first; a module on the trail closes a circle
+        state[module] = "open"
+        for target in edges[module]:
+            if state.get(target) == "open":
+                circles.append(trail[trail.index(target):] + [target])
+            elif target not in state:
+                visit(target, trail + [target])
+        state[module] = "done"
+
+    for module in sorted(edges):
+        if module not in state:
+            visit(module, [module])
+    assert circles == []
 
 
 def test_a_language_server_on_a_remote_engine_loads_no_torch():
     """Building the vLLM client and its prompt layout (the tiny model's template) pulls in no torch."""
-    from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
+    from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
 
     ensure_tiny_random_model()  # its tokenizer files are what the layout reads
     code = ("import sys, argparse; from dgemma_lsp.server import serve, lsp_server; "

@@ -6,7 +6,7 @@ import zipfile
 from pathlib import Path
 
 from dgemma_lsp.bench import humaneval
-from dgemma_lsp.engine.runtime import tiny_model
+from dgemma_lsp.engine.model import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -24,4 +24,5 @@ def test_the_wheel_carries_the_data_files(tmp_path):
         return {Path(name).name for name in names if f"/{folder}/" in name}
 
     assert {*humaneval.SUBSETS.values(), "LICENSE"} <= shipped("bench/data")
-    assert shipped("runtime/data/tiny") == {path.name for path in tiny_model.shipped_tiny_dir().iterdir()}
+    assert shipped("model/data/tiny") == {path.name for path in tiny_model.shipped_tiny_dir().iterdir()}
+    assert {"diffusiongemma-26B-A4B-it.json", "gemma-4-26B-A4B.json"} <= shipped("model/configs")  # doctor reads them

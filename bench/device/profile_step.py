@@ -18,8 +18,8 @@ from torch.profiler import ProfilerActivity, profile
 from dgemma_lsp.bench.gpu import SCALES, build_random, diffusion_config
 from dgemma_lsp.bench.quant_gpu import _free, _model_class
 from dgemma_lsp.bench.step_gpu import PROMPT_TOKENS, _timed_request
-from dgemma_lsp.engine.runtime.compiled_step import CompiledDenoiser
-from dgemma_lsp.engine.runtime.quantization import quantize_model
+from dgemma_lsp.engine.kernels.compiled_step import CompiledDenoiser
+from dgemma_lsp.engine.weights.quantization import quantize_model
 
 PROFILED_STEPS = 4
 

@@ -20,8 +20,8 @@ import time
 import torch
 
 from dgemma_lsp.bench.moe import _random_experts, _routed_inputs, text_config_for
-from dgemma_lsp.engine.runtime import fused_moe
-from dgemma_lsp.engine.runtime.quantization import QuantizedExperts
+from dgemma_lsp.engine.kernels import fused_moe
+from dgemma_lsp.engine.weights.quantization import QuantizedExperts
 
 GRID = list(itertools.product((64, 128, 256), (64, 128), (4, 8), (2, 3, 4)))
 """(BLOCK_N, BLOCK_K, num_warps, num_stages); BLOCK_K falls back to the default where it does not divide the group."""

@@ -40,7 +40,7 @@ import msgspec
 from .. import errors
 from ..api import DenoiseRequest, DenoiseResult, EngineStatus
 from ..client import DraftListener, EngineUnavailableError, StatusListener
-from ..runtime.loading import declared_context_tokens
+from ..model.folders import declared_context_tokens
 from .paths import (
     EnginePaths,
     FileLock,

@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime.tiny_model import BUILTIN_MODELS
+from ..model.tiny_model import BUILTIN_MODELS
 from .protocol import EngineKey
 
 RUNTIME_DIR_ENV = "DGEMMA_LSP_RUNTIME_DIR"

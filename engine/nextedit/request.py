@@ -3,7 +3,7 @@
 The window (window.py) becomes a rewrite (engine/syntax/infill.py `prepare_rewrite`): its text is
 the starting canvas, renoised at the next edit's own strength and denoised with the rest of the
 file around it; the recent edits go into the prompt as unified diffs (`DenoiseRequest.recent_edits`,
-which turns the rewrite instruction into the next-edit one: engine/runtime/prompting.py). The
+which turns the rewrite instruction into the next-edit one: engine/model/prompting.py). The
 window's kept tokens are pinned in the canvas and shown in the prompt ("both"): a next edit
 changes a few tokens of a window that mostly stays. The prompt cache is not used (the diffs
 change with every edit, and the completion's cached prompt for the same document must survive).

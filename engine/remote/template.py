@@ -1,7 +1,7 @@
 """The served model's prompt layout, read from its tokenizer files without loading a model.
 
 A remote engine must send the same prompt text the in-process engine encodes
-(`PromptLayout`, engine/runtime/prompting.py), chat template included. The
+(`PromptLayout`, engine/model/prompting.py), chat template included. The
 template lives in the model's tokenizer files (`chat_template.jinja`, or
 `chat_template` in `tokenizer_config.json`), found the way the runtime finds a
 model: `tiny`, a local folder, or a Hugging Face id in the local HF cache (only
@@ -25,8 +25,8 @@ from datetime import datetime
 from pathlib import Path
 
 from ..errors import ModelNotFoundError
-from ..runtime.loading import DEFAULT_MODEL_ID
-from ..runtime.prompting import (
+from ..model.folders import DEFAULT_MODEL_ID
+from ..model.prompting import (
     FIM_TOKEN_SETS,
     MODEL_CONTEXT_KEY,
     MODEL_LAYOUT_KEY,
@@ -68,7 +68,7 @@ def load_layout(model: str) -> tuple[PromptLayout, str]:
 
 def find_tokenizer_folder(model: str) -> Path | None:
     """A local folder with `model`'s tokenizer files, or None."""
-    from ..runtime.tiny_model import BUILTIN_MODELS, builtin_model_folder
+    from ..model.tiny_model import BUILTIN_MODELS, builtin_model_folder
 
     if model in BUILTIN_MODELS:
         folder = builtin_model_folder(model, build=False)  # never torch in a language server's process

@@ -56,8 +56,8 @@ import msgspec
 from .. import errors
 from ..api import DenoiseRequest, DenoiseResult, EngineStatus, RawCandidate, Timings
 from ..client import DraftListener, EngineUnavailableError, StatusListener
-from ..runtime.loading import DEFAULT_MODEL_ID
-from ..runtime.prompting import PromptLayout
+from ..model.folders import DEFAULT_MODEL_ID
+from ..model.prompting import PromptLayout
 from .template import TOKENIZER_FILES, load_layout
 
 log = logging.getLogger(__name__)

@@ -1,11 +1,10 @@
-"""The model runtime: everything that imports torch or transformers.
+"""Serving one loaded model: requests in, denoised candidates and drafts out.
 
-`loading` finds and loads a checkpoint (`tiny_model` builds the test model;
-`text_model` leaves the vision tower out; `memory_plan` checks it fits first;
-`streaming` reads it shard by shard), `quantization` + `quant_formats` keep
-weights packed, `prompting` turns an
-InfillContext into token ids, `prompt_cache` keeps the stable prompt's encoder
-KV per document, `denoising` runs DiffusionGemma's generate, and `service`
-owns one loaded model for a process. Imported lazily: a language server that
-talks to a daemon never loads torch.
+`service` owns a process's model (load, backoff, one request at a time, cancellation),
+`denoising` runs DiffusionGemma's generate (or the compiled step) for a request and streams
+its drafts, `rewriting` renoises a selection for "Rewrite selection" and next edits, and
+`prompt_cache` keeps each document's stable prompt as encoder KV between keystrokes.
+
+Imported lazily: a language server that talks to a daemon never loads torch. Uses weights/
+to load, kernels/ to step fast, model/ for the prompt.
 """

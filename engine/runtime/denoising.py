@@ -27,12 +27,12 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import Entro
 
 from ..api import DenoiseRequest, DenoiseResult, Draft, GenerationSettings, RawCandidate, Timings
 from ..errors import BadRequestError, CancelledError
-from .cache_keyword import with_cache
-from .compiled_step import CompiledDenoiser, compile_enabled
-from .loading import load_model_and_tokenizer
-from .memory_plan import default_prompt_cache_bytes
+from ..kernels.compiled_step import CompiledDenoiser, compile_enabled
+from ..model.cache_keyword import with_cache
+from ..model.prompting import PromptBuilder, PromptIds
+from ..weights.loading import load_model_and_tokenizer
+from ..weights.memory_plan import default_prompt_cache_bytes
 from .prompt_cache import PromptCache
-from .prompting import PromptBuilder, PromptIds
 from .rewriting import (
     KEEP_MODES,
     PinKeptTokens,

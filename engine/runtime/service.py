@@ -293,7 +293,7 @@ class InfillService:
     def _declared_context_tokens(self) -> int | None:
         """The limit the model's folder names, read once before its weights load: a request prepared while
         the model loads is then cut the way the model will read it."""
-        from .loading import declared_context_tokens
+        from ..model.folders import declared_context_tokens
 
         return declared_context_tokens(self.model_spec)
 

@@ -1,8 +1,8 @@
-"""Training a small DiffusionGemma that writes code (`dgemma-lsp train`): a fourth room of engine/.
+"""Training a small DiffusionGemma that writes code (`dgemma-lsp train`): one room of engine/.
 
 `corpus` finds permissively licensed code on this machine and writes its manifest,
 `examples` cuts holes the way the syntax planner sees them and builds the product's own
 prompts for them, `objective` is DiffusionGemma's uniform-state diffusion loss plus the
 encoder's next-token loss, and `train` runs it: tokenizer, resumable checkpoints, export.
-Uses runtime/ and syntax/; nothing in the product imports it.
+Uses model/ and syntax/; nothing in the product imports it.
 """

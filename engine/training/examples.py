@@ -29,7 +29,7 @@ import random
 from dataclasses import dataclass
 
 from ..api import GenerationSettings
-from ..runtime.prompting import PromptBuilder
+from ..model.prompting import PromptBuilder
 from ..syntax.brackets import CLOSERS, OPENERS, code_chars
 from ..syntax.document import SyntaxDocument
 from ..syntax.infill import prepare_infill

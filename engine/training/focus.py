@@ -40,7 +40,7 @@ FOCUS_HELD_OUT = ("pygorithm==1.0.4",)  # MIT: algorithm exercises by other auth
 
 def focus_folder(packages: tuple[str, ...]) -> Path:
     """Where `packages` are (or will be) installed: one folder per pinned list, under the cache root."""
-    from ..runtime.loading import cache_root
+    from ..model.cache import cache_root
 
     digest = hashlib.sha1("\n".join(sorted(packages)).encode()).hexdigest()[:12]
     return cache_root() / f"focus-{digest}"

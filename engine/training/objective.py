@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
-from ..runtime.cache_keyword import with_cache
+from ..model.cache_keyword import with_cache
 
 
 @dataclass(frozen=True)

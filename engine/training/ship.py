@@ -30,7 +30,7 @@ def export_snapshot(run_dir: Path, snapshot: Path, folder: Path, prompt_layout: 
     """Write `snapshot` of the run as a loadable model folder that asks for `prompt_layout` and names the longest
     context it was trained on (MODEL_CONTEXT_KEY: the server cuts every request's context to it); its training
     record."""
-    from ..runtime.prompting import MODEL_CONTEXT_KEY, MODEL_LAYOUT_KEY
+    from ..model.prompting import MODEL_CONTEXT_KEY, MODEL_LAYOUT_KEY
     from .train import export
     from .validation import load_weights
 
@@ -71,7 +71,7 @@ def snapshot_path(run_dir: Path, name: str | None) -> Path:
 
 
 def main(argv=None) -> int:
-    from ..runtime.tiny_model import shipped_tiny_dir
+    from ..model.tiny_model import shipped_tiny_dir
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_dir", type=Path)

@@ -79,7 +79,7 @@ def build_model(recipe: dict, tokenizer, seed: int):
         EntropyBoundSamplerConfig,
     )
 
-    from ..runtime.tiny_model import VISION_CONFIG
+    from ..model.tiny_model import VISION_CONFIG
     from .examples import end_of_turn_id
 
     shape = recipe["model"]
@@ -166,7 +166,7 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
         run_dir.mkdir(parents=True, exist_ok=True)
         recipe_file.write_text(json.dumps(recipe, indent=1) + "\n")  # what validation.py rebuilds and a resume reads
         if not (tokenizer_dir / "tokenizer.json").exists():
-            from ..runtime.tiny_model import CHAT_TEMPLATE
+            from ..model.tiny_model import CHAT_TEMPLATE
 
             tokenizer = train_tokenizer([f.text for f in files], data["tokenizerVocab"], CHAT_TEMPLATE)
             tokenizer.save_pretrained(tokenizer_dir)

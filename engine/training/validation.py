@@ -75,7 +75,7 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
     import torch.nn.functional as F
     from transformers import DynamicCache
 
-    from ..runtime.cache_keyword import with_cache
+    from ..model.cache_keyword import with_cache
     from .objective import answer_encoder_loss, collate, softcapped_logits
 
     model.eval()
@@ -135,7 +135,7 @@ def _decode(model, batch, canvas, cache):
     """The decoder's last hidden states for `canvas`, reading the cache of the batch's prompts."""
     import torch
 
-    from ..runtime.cache_keyword import with_cache
+    from ..model.cache_keyword import with_cache
 
     return model.model.decoder(
         decoder_input_ids=canvas, **with_cache(cache),

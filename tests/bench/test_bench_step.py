@@ -6,7 +6,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # the fused sampler runs in Trit
 USES_TRITON_INTERPRETER = True  # tests/conftest.py keeps TRITON_INTERPRET for this module's tests
 
 from dgemma_lsp.bench import step_gpu  # noqa: E402
-from dgemma_lsp.engine.runtime import fused_sampler, moe_kernels  # noqa: E402,F401 - their @triton.jit reads TRITON_INTERPRET now
+from dgemma_lsp.engine.kernels import fused_sampler, moe_kernels  # noqa: E402,F401 - their @triton.jit reads TRITON_INTERPRET now
 
 
 def test_bench_step_reports_every_figure_at_tiny_scale():

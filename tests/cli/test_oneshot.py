@@ -138,8 +138,8 @@ def test_a_model_that_names_its_context_gets_no_more_of_the_file_than_that(tmp_p
     The value is read by the engine, so the status says it too; a value that is not a count is ignored."""
     import shutil
 
+    from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
     from dgemma_lsp.engine.runtime.service import InfillService
-    from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
 
     long_file = tmp_path / "long.py"
     long_file.write_text("".join(f"def f_{i}(x):\n    return x + {i}\n\n\n" for i in range(400)))

@@ -18,7 +18,7 @@ from daemon_helpers import dgemma, engine_status, quick, raw_hello, wait_for_sta
 from dgemma_lsp.engine.daemon.client import DaemonEngineClient, query_info, spawn_daemon
 from dgemma_lsp.engine.daemon.paths import TRANSPORT_ENV, EnginePaths, engine_key, lock_is_held, read_token
 from dgemma_lsp.engine.daemon.protocol import PROTOCOL_VERSION, Hello, Refused, Welcome
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
+from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
 
 
 def test_engine_start_status_stop(runtime_dir):

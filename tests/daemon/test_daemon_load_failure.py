@@ -15,7 +15,7 @@ from daemon_helpers import quick, wait_for_status, within
 from dgemma_lsp.engine.client import EngineUnavailableError
 from dgemma_lsp.engine.daemon.client import DaemonEngineClient
 from dgemma_lsp.engine.daemon.paths import engine_key
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
+from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
 
 
 async def test_a_set_up_failure_is_reported_as_error_and_reload_recovers(runtime_dir, tmp_path):

@@ -7,10 +7,10 @@ from daemon_helpers import within
 from dgemma_lsp.engine.api import GenerationSettings
 from dgemma_lsp.engine.daemon.client import DaemonEngineClient, spawn_daemon
 from dgemma_lsp.engine.daemon.paths import EnginePaths, engine_key
+from dgemma_lsp.engine.model.prompting import PromptBuilder
+from dgemma_lsp.engine.model.tiny_model import tiny_random_dir
 from dgemma_lsp.engine.nextedit.edits import EditLog
 from dgemma_lsp.engine.nextedit.request import finish_next_edit, prepare_next_edit
-from dgemma_lsp.engine.runtime.prompting import PromptBuilder
-from dgemma_lsp.engine.runtime.tiny_model import tiny_random_dir
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
 
 BEFORE = "def area(r):\n    return 3.14 * r * r\n\n\nprint(area(2))\n"

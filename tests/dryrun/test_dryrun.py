@@ -79,7 +79,7 @@ def test_the_watcher_counts_a_mixed_device_operator_and_a_host_read_inside_a_ste
 
 
 def test_a_virtual_gpu_answers_its_capability_and_gives_it_back():
-    from dgemma_lsp.engine.runtime import fused_moe
+    from dgemma_lsp.engine.kernels import fused_moe
 
     with dryrun.virtual_gpu(dryrun.GPUS[1]):
         assert torch.cuda.get_device_capability() == (12, 0)

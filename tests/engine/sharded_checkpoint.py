@@ -22,7 +22,7 @@ def build(folder: Path) -> None:
         Gemma4VisionConfig,
     )
 
-    from dgemma_lsp.engine.runtime.tiny_model import VISION_CONFIG, ensure_tiny_random_model
+    from dgemma_lsp.engine.model.tiny_model import VISION_CONFIG, ensure_tiny_random_model
 
     text = DiffusionGemmaTextConfig(
         vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=6,

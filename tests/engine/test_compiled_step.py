@@ -27,9 +27,8 @@ from transformers.generation.streamers import BaseStreamer  # noqa: E402
 from transformers.models.diffusion_gemma.generation_diffusion_gemma import EntropyBoundSamplerConfig  # noqa: E402
 
 from dgemma_lsp.engine.errors import ModelLoadError  # noqa: E402
-from dgemma_lsp.engine.runtime import fused_sampler, moe_kernels  # noqa: E402,F401 - their @triton.jit reads TRITON_INTERPRET now
-from dgemma_lsp.engine.runtime.cache_keyword import with_cache  # noqa: E402
-from dgemma_lsp.engine.runtime.compiled_step import (  # noqa: E402
+from dgemma_lsp.engine.kernels import fused_sampler, moe_kernels  # noqa: E402,F401 - their @triton.jit reads TRITON_INTERPRET now
+from dgemma_lsp.engine.kernels.compiled_step import (  # noqa: E402
     CompiledDenoiser,
     StaticPromptCache,
     bucket_for,
@@ -37,7 +36,8 @@ from dgemma_lsp.engine.runtime.compiled_step import (  # noqa: E402
     self_conditioning_signal,
     soft_embeddings,
 )
-from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model  # noqa: E402
+from dgemma_lsp.engine.model.cache_keyword import with_cache  # noqa: E402
+from dgemma_lsp.engine.model.tiny_model import build_tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -185,8 +185,8 @@ def test_a_cpu_install_without_triton_loads_and_runs_the_quantized_model():
         "import sys; sys.modules['triton'] = None\n"  # what `import triton` does where it is not installed
         "import torch\n"
         "from dgemma_lsp.engine.runtime.denoising import DenoisingRuntime\n"
-        "from dgemma_lsp.engine.runtime.quantization import quantize_model\n"
-        "from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model\n"
+        "from dgemma_lsp.engine.weights.quantization import quantize_model\n"
+        "from dgemma_lsp.engine.model.tiny_model import build_tiny_model\n"
         "model = build_tiny_model().eval(); quantize_model(model, 'int4')\n"
         "with torch.no_grad(): logits = model(input_ids=torch.tensor([[5, 6, 7]]),"
         " decoder_input_ids=torch.tensor([[8] * 32])).logits\n"

@@ -25,10 +25,10 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 from transformers.activations import ACT2FN  # noqa: E402
 
-from dgemma_lsp.engine.runtime import fused_moe  # noqa: E402
-from dgemma_lsp.engine.runtime.quant_formats import dequantize, quantize  # noqa: E402
-from dgemma_lsp.engine.runtime.quantization import QuantizedExperts, QuantizedLinear, quantize_model  # noqa: E402
-from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model  # noqa: E402
+from dgemma_lsp.engine.kernels import fused_moe  # noqa: E402
+from dgemma_lsp.engine.kernels.quant_formats import dequantize, quantize  # noqa: E402
+from dgemma_lsp.engine.model.tiny_model import build_tiny_model  # noqa: E402
+from dgemma_lsp.engine.weights.quantization import QuantizedExperts, QuantizedLinear, quantize_model  # noqa: E402
 
 MODES = ("int4", "int8", "fp8")
 EXPERTS, HIDDEN, WIDTH, GROUP = 8, 80, 48, 16

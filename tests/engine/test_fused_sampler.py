@@ -23,7 +23,7 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (  # 
     LinearTemperatureScheduleLogitsProcessor,
 )
 
-from dgemma_lsp.engine.runtime.fused_sampler import accept_and_renoise, sample_logits, temperature  # noqa: E402
+from dgemma_lsp.engine.kernels.fused_sampler import accept_and_renoise, sample_logits, temperature  # noqa: E402
 
 
 def _device_scalars(inv_temperature: float, seed: int):

@@ -3,8 +3,8 @@
 from transformers import AutoTokenizer
 
 from dgemma_lsp.engine.api import InfillContext
-from dgemma_lsp.engine.runtime.prompting import CURSOR_MARKER, PromptBuilder
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
+from dgemma_lsp.engine.model.prompting import CURSOR_MARKER, PromptBuilder
+from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
 
 
 def builder(**extra_tokens) -> PromptBuilder:

@@ -15,20 +15,20 @@ import argparse
 import pytest
 import torch
 
-from dgemma_lsp.engine.runtime.quant_formats import (
+from dgemma_lsp.engine.kernels.quant_formats import (
     dequantize,
     effective_group_size,
     pack_int4,
     quantize,
     unpack_int4,
 )
-from dgemma_lsp.engine.runtime.quantization import (
+from dgemma_lsp.engine.model.tiny_model import build_tiny_model
+from dgemma_lsp.engine.weights.quantization import (
     QuantizedExperts,
     load_quantized,
     quantize_model,
     save_quantized,
 )
-from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model
 
 PACKED = ("fp8", "int8", "int4")
 MIN_AGREEMENT = {"fp8": 0.75, "int8": 0.75, "int4": 0.3}

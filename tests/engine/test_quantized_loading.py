@@ -3,8 +3,9 @@
 import pytest
 
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
+from dgemma_lsp.engine.model.folders import resolve_model_folder
 from dgemma_lsp.engine.runtime.denoising import DenoisingRuntime
-from dgemma_lsp.engine.runtime.loading import quantized_cache_dir, resolve_model_folder
+from dgemma_lsp.engine.weights.loading import quantized_cache_dir
 
 REQUEST = DenoiseRequest(
     context=InfillContext(prefix="def f(x):\n    return ", suffix="\n", language="python"),

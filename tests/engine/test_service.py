@@ -18,6 +18,7 @@ from manual_clock import ManualClock
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
 from dgemma_lsp.engine.client import EngineUnavailableError, InProcessEngineClient
+from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
 from dgemma_lsp.engine.runtime.service import (
     CPU_ENGINE_NICE,
     CPU_THREADS_ENV,
@@ -26,7 +27,6 @@ from dgemma_lsp.engine.runtime.service import (
     serving_cpu_threads,
     serving_engine_nice,
 )
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
 
 REQUEST = DenoiseRequest(
     context=InfillContext(prefix="x = ", suffix="\n", language="python"),

@@ -21,12 +21,12 @@ import torch
 from transformers import AutoConfig, DiffusionGemmaForBlockDiffusion
 
 from dgemma_lsp.engine.errors import ModelLoadError
-from dgemma_lsp.engine.runtime import loading, streaming
-from dgemma_lsp.engine.runtime.memory_plan import GIB, FitPlan, check_fit
-from dgemma_lsp.engine.runtime.quantization import QuantizedExperts, quantize_model
-from dgemma_lsp.engine.runtime.streaming import stream_load
-from dgemma_lsp.engine.runtime.text_model import TextOnlyDiffusionGemma, is_vision_key
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
+from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
+from dgemma_lsp.engine.weights import loading, streaming
+from dgemma_lsp.engine.weights.memory_plan import GIB, FitPlan, check_fit
+from dgemma_lsp.engine.weights.quantization import QuantizedExperts, quantize_model
+from dgemma_lsp.engine.weights.streaming import stream_load
+from dgemma_lsp.engine.weights.text_model import TextOnlyDiffusionGemma, is_vision_key
 
 HERE = Path(__file__).parent
 
@@ -148,7 +148,7 @@ def test_int4_load_peak_memory_stays_well_below_a_plain_load(sharded_checkpoint,
 
 
 def test_packed_weights_of_an_older_format_are_rebuilt_not_read(tmp_path, monkeypatch):
-    from dgemma_lsp.engine.runtime.quantization import SAVE_FORMAT_VERSION, saved_format_version
+    from dgemma_lsp.engine.weights.quantization import SAVE_FORMAT_VERSION, saved_format_version
 
     monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path))
     folder = ensure_tiny_random_model()

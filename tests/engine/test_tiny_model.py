@@ -11,9 +11,10 @@ import pytest
 import torch
 
 from dgemma_lsp.engine.errors import ModelNotFoundError
-from dgemma_lsp.engine.runtime import loading, tiny_model
+from dgemma_lsp.engine.model import tiny_model
 from dgemma_lsp.engine.runtime.service import InfillService
 from dgemma_lsp.engine.training import ship
+from dgemma_lsp.engine.weights import loading
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = REPO / "runs" / "tiny-code-cpu"

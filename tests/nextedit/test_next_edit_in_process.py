@@ -7,8 +7,8 @@ import asyncio
 from next_edit_case import renamed
 
 from dgemma_lsp.engine.client import InProcessEngineClient
+from dgemma_lsp.engine.model.prompting import PromptBuilder
 from dgemma_lsp.engine.nextedit.request import finish_next_edit
-from dgemma_lsp.engine.runtime.prompting import PromptBuilder
 from dgemma_lsp.engine.runtime.service import InfillService
 
 

@@ -44,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
 from dgemma_lsp.engine.errors import CancelledError
-from dgemma_lsp.engine.runtime.prompting import PromptIds
+from dgemma_lsp.engine.model.prompting import PromptIds
 
 
 @dataclass

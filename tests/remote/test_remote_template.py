@@ -17,9 +17,9 @@ from transformers import AutoTokenizer
 
 from dgemma_lsp.engine.api import InfillContext
 from dgemma_lsp.engine.errors import ModelNotFoundError
+from dgemma_lsp.engine.model.prompting import PromptLayout
+from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
 from dgemma_lsp.engine.remote.template import layout_from_folder, load_layout
-from dgemma_lsp.engine.runtime.prompting import PromptLayout
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
 
 GEMMA3_STYLE = (
     "{{ bos_token }}"

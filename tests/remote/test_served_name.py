@@ -14,8 +14,8 @@ from completions_server import CompletionsServer
 from test_vllm_client import request, started
 
 from dgemma_lsp.engine.client import EngineUnavailableError
-from dgemma_lsp.engine.runtime.prompting import PromptBuilder
-from dgemma_lsp.engine.runtime.tiny_model import tiny_random_dir
+from dgemma_lsp.engine.model.prompting import PromptBuilder
+from dgemma_lsp.engine.model.tiny_model import tiny_random_dir
 
 ALIAS = "team-coder"
 

@@ -21,6 +21,8 @@ from completions_server import CompletionsServer
 
 from dgemma_lsp.engine.api import DenoiseRequest, GenerationSettings, InfillContext
 from dgemma_lsp.engine.client import EngineUnavailableError
+from dgemma_lsp.engine.model.prompting import MODEL_CONTEXT_KEY, PromptBuilder
+from dgemma_lsp.engine.model.tiny_model import tiny_random_dir
 from dgemma_lsp.engine.remote.template import TOKENIZER_FILES
 from dgemma_lsp.engine.remote.vllm_client import (
     Backoff,
@@ -29,8 +31,6 @@ from dgemma_lsp.engine.remote.vllm_client import (
     Timeouts,
     VllmEngineClient,
 )
-from dgemma_lsp.engine.runtime.prompting import MODEL_CONTEXT_KEY, PromptBuilder
-from dgemma_lsp.engine.runtime.tiny_model import tiny_random_dir
 
 CONTEXT = InfillContext(
     prefix="import math\n\ndef area(radius):\n    return ", suffix="\n\nprint(area(2.0))\n", language="python"

@@ -25,7 +25,7 @@ from pytest_lsp import ClientServerConfig
 
 SHARDS_SCRIPT = """
 import sys
-from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model, build_tiny_tokenizer
+from dgemma_lsp.engine.model.tiny_model import build_tiny_model, build_tiny_tokenizer
 build_tiny_tokenizer().save_pretrained(sys.argv[1])
 build_tiny_model().save_pretrained(sys.argv[1], max_shard_size="200KB")
 """

@@ -19,7 +19,7 @@ from lsp_session import FAST, TIMEOUT, capabilities, config, open_document, with
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
+from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
 
 MODEL_TOKENS = 400
 WORKSPACE = Path(tempfile.mkdtemp(prefix="dgemma-model-context-"))

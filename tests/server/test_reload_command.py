@@ -17,7 +17,7 @@ from lsp_session import FAST, capabilities, config, initialize, open_document, w
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
-from dgemma_lsp.engine.runtime.tiny_model import ensure_tiny_random_model
+from dgemma_lsp.engine.model.tiny_model import ensure_tiny_random_model
 
 SOURCE = ensure_tiny_random_model()
 FOLDER = Path(tempfile.mkdtemp(prefix="dgemma-no-template-")) / "model"

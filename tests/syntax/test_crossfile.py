@@ -13,7 +13,7 @@ from dgemma_lsp.engine.crossfile.index import WorkspaceIndex
 from dgemma_lsp.engine.crossfile.neighbours import OpenFile, RecentRanges
 from dgemma_lsp.engine.crossfile.resolve import resolve_imports
 from dgemma_lsp.engine.crossfile.windows import FileWindows
-from dgemma_lsp.engine.runtime.prompting import PromptLayout
+from dgemma_lsp.engine.model.prompting import PromptLayout
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
 from dgemma_lsp.engine.syntax.infill import prepare_infill
 

@@ -7,7 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from dgemma_lsp.engine.runtime.tiny_model import build_tiny_tokenizer
+from dgemma_lsp.engine.model.tiny_model import build_tiny_tokenizer
 from dgemma_lsp.engine.training.corpus import CodeFile, collect
 from dgemma_lsp.engine.training.examples import ExampleMaker
 from dgemma_lsp.engine.training.focus import ensure_installed, focus_folder, package_names

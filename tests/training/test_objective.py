@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model, build_tiny_tokenizer
+from dgemma_lsp.engine.model.tiny_model import build_tiny_model, build_tiny_tokenizer
 from dgemma_lsp.engine.training.corpus import CodeFile
 from dgemma_lsp.engine.training.examples import ExampleMaker
 from dgemma_lsp.engine.training.objective import answer_positions, collate, diffusion_loss

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model, build_tiny_tokenizer
+from dgemma_lsp.engine.model.tiny_model import build_tiny_model, build_tiny_tokenizer
 from dgemma_lsp.engine.syntax.document import SyntaxDocument
 from dgemma_lsp.engine.training.corpus import CodeFile, is_permissive
 from dgemma_lsp.engine.training.examples import KINDS, ExampleMaker, choose_hole, end_of_turn_id

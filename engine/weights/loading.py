@@ -1,7 +1,6 @@
 """Finding and loading a DiffusionGemma checkpoint and its tokenizer.
 
-A model spec is `tiny` or `tiny-random` (built in, see tiny_model), a local folder, or a
-Hugging Face id looked up in the local HF cache. Loading is offline: nothing is
+Which folder a model spec names is model/folders' business. Loading is offline: nothing is
 downloaded unless the user runs `dgemma-lsp fetch-model`. The vision tower is
 never loaded (text_model); before any weight is read the planned resident size
 is checked against free memory (memory_plan); quantized modes stream the
@@ -13,18 +12,18 @@ to do. Knows torch and transformers; knows nothing of prompts or LSP.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from ..errors import EngineError, ModelLoadError, ModelNotFoundError
+from ..errors import ModelLoadError, ModelNotFoundError
+from ..model.cache import cache_root
+from ..model.folders import resolve_model_folder
 from .memory_plan import FitPlan, available_host_bytes, check_fit, free_device_bytes
 
 ProgressFn = Callable[[int, int], None]
 """Called with (shards done, shards in all) while weights load."""
 
-DEFAULT_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
 log = logging.getLogger(__name__)
 
 
@@ -37,56 +36,6 @@ def pick_device_and_dtype(device: str | None, dtype: str | None) -> tuple[str, s
     if dtype is None:
         dtype = "bfloat16" if device.startswith("cuda") else "float32"
     return device, dtype
-
-
-def resolve_model_folder(spec: str, *, allow_download: bool = False) -> Path:
-    """The local folder holding the model's files, or a one-line error saying how to get them."""
-    from .tiny_model import builtin_model_folder
-
-    builtin = builtin_model_folder(spec)
-    if builtin is not None:
-        return builtin
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        return path
-    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
-        raise ModelNotFoundError(
-            f"model '{spec}' is neither a model folder nor a Hugging Face id like '{DEFAULT_MODEL_ID}'"
-        )
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
-
-    try:
-        return Path(snapshot_download(spec, local_files_only=not allow_download))
-    except HFValidationError as error:
-        raise ModelNotFoundError(f"model '{spec}' is not a valid Hugging Face id: {error}") from None
-    except LocalEntryNotFoundError:
-        raise ModelNotFoundError(
-            f"model '{spec}' is not in the Hugging Face cache; run `dgemma-lsp fetch-model {spec}` "
-            "to download it (~52 GB), or pass --model with a local folder"
-        ) from None
-
-
-def declared_context_tokens(spec: str) -> int | None:
-    """The context limit the model's folder names (prompting.MODEL_CONTEXT_KEY in its tokenizer_config.json), read
-    without loading anything: known before the weights are; None when it names none, or its folder is not at hand
-    (the load then says why)."""
-    from .prompting import MODEL_CONTEXT_KEY, context_tokens_value
-    from .tiny_model import builtin_model_folder
-
-    try:
-        folder = builtin_model_folder(spec, build=False) or resolve_model_folder(spec)
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (EngineError, OSError, ValueError):
-        return None
-    return context_tokens_value(config.get(MODEL_CONTEXT_KEY)) if isinstance(config, dict) else None
-
-
-def fetch_model(model_id: str = DEFAULT_MODEL_ID) -> Path:
-    """Download a checkpoint into the Hugging Face cache (the one command that uses the network)."""
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(model_id))
 
 
 def load_model_and_tokenizer(
@@ -199,15 +148,6 @@ def _fit_plan(infos, skeleton, quantization: str, device: str, torch_dtype, read
         host_free_bytes=available_host_bytes(),
         host_pass_bytes=max((file.stat().st_size for file in read_files), default=0),
     )
-
-
-def cache_root() -> Path:
-    """The folder for what dgemma-lsp builds once and keeps: `DGEMMA_LSP_CACHE`, else the user cache dir."""
-    import os
-
-    import platformdirs
-
-    return Path(os.environ.get("DGEMMA_LSP_CACHE") or platformdirs.user_cache_dir("dgemma-lsp"))
 
 
 def quantized_cache_dir(folder: Path, quantization: str) -> Path:

@@ -57,7 +57,7 @@ import msgspec
 import torch
 from torch import nn
 
-from .quant_formats import PACKED_MODES, dequantize, packed_bytes, quantize
+from ..kernels.quant_formats import PACKED_MODES, dequantize, packed_bytes, quantize
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class QuantizedExperts(nn.Module):
             self.down_data.shape[-1] * _unpack(self.mode) // self.down_scales.shape[-1],
         )
         if gelu_tanh and _use_fused(self.backend, hidden_states.device, self.mode, *groups):
-            from .fused_moe import fused_experts
+            from ..kernels.fused_moe import fused_experts
 
             return fused_experts(
                 hidden_states, top_k_index.contiguous(), top_k_weights.contiguous(),
@@ -200,7 +200,7 @@ def _use_fused(backend: str, device: torch.device, mode: str, *groups: int) -> b
     """Whether a forward runs the Triton kernels; imports them (and triton) only when they could apply."""
     if backend == "torch" or (backend == "auto" and device.type != "cuda"):
         return False
-    from .fused_moe import fused_supported
+    from ..kernels.fused_moe import fused_supported
 
     supported = fused_supported(device, mode, *groups)
     assert supported or backend == "auto", (
@@ -246,7 +246,7 @@ class QuantizedLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         group = self.in_features // self.weight_scales.shape[-1]
         if _use_fused(self.backend, x.device, self.mode, group):
-            from .fused_moe import fused_linear
+            from ..kernels.fused_moe import fused_linear
 
             return fused_linear(x, self.weight_data, self.weight_scales, self.mode)
         weight = dequantize(self.weight_data, self.weight_scales, self.mode, x.dtype)  # [out, in]

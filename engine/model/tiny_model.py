@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..errors import ModelNotFoundError
-from .loading import cache_root
+from .cache import cache_root
 
 TINY = "tiny"
 TINY_RANDOM = "tiny-random"
@@ -64,7 +64,7 @@ GENERATION_DEFAULTS = dict(
 
 
 def _corpus_text() -> str:
-    return resources.files("dgemma_lsp.engine.runtime").joinpath("data/tiny_corpus.txt").read_text("utf-8")
+    return resources.files("dgemma_lsp.engine.model").joinpath("data/tiny_corpus.txt").read_text("utf-8")
 
 
 def recipe_hash() -> str:
@@ -95,7 +95,7 @@ def builtin_model_folder(spec: str, *, build: bool = True) -> Path | None:
 
 def shipped_tiny_dir() -> Path:
     """The trained tiny model's folder inside the installed package (a plain folder: installs are never zipped)."""
-    return Path(str(resources.files("dgemma_lsp.engine.runtime").joinpath("data/tiny")))
+    return Path(str(resources.files("dgemma_lsp.engine.model").joinpath("data/tiny")))
 
 
 def tiny_random_dir() -> Path:

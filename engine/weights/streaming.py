@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelLoadError
-from .quant_formats import PACKED_MODES, effective_group_size, quantize
+from ..kernels.quant_formats import PACKED_MODES, effective_group_size, quantize
 from .quantization import (
     DEFAULT_GROUP_SIZE,
     QuantizationReport,

@@ -39,7 +39,7 @@ import torch
 from transformers.cache_utils import StaticCache
 
 from ..errors import ModelLoadError
-from .cache_keyword import with_cache
+from ..model.cache_keyword import with_cache
 
 # fused_sampler (and so triton) is imported where a step runs: a CPU-only install has no triton.
 

@@ -63,7 +63,7 @@ def cuda_devices() -> list[Gpu]:
 def checkpoint_folder(model: str) -> Path | None:
     """The model's local folder (built-in tiny, a folder, or the HF cache), None when not here; never downloads."""
     from ..errors import ModelNotFoundError
-    from .loading import resolve_model_folder
+    from ..model.folders import resolve_model_folder
 
     try:
         folder = resolve_model_folder(model, allow_download=False)

@@ -1,0 +1,66 @@
+"""Which folder holds a model: the built-in ones, a local folder, or a Hugging Face id in the local cache.
+
+Torch-free, and reads no weight: the language server, the daemon's client and the vLLM client
+use it to name the model and know its context limit before (or without) loading it. Nothing is
+downloaded except by `fetch_model` (`dgemma-lsp fetch-model`); every failure is a
+ModelNotFoundError with one line that names the model and what to do.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..errors import EngineError, ModelNotFoundError
+
+DEFAULT_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
+
+
+def resolve_model_folder(spec: str, *, allow_download: bool = False) -> Path:
+    """The local folder holding the model's files, or a one-line error saying how to get them."""
+    from .tiny_model import builtin_model_folder
+
+    builtin = builtin_model_folder(spec)
+    if builtin is not None:
+        return builtin
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
+        raise ModelNotFoundError(
+            f"model '{spec}' is neither a model folder nor a Hugging Face id like '{DEFAULT_MODEL_ID}'"
+        )
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(spec, local_files_only=not allow_download))
+    except HFValidationError as error:
+        raise ModelNotFoundError(f"model '{spec}' is not a valid Hugging Face id: {error}") from None
+    except LocalEntryNotFoundError:
+        raise ModelNotFoundError(
+            f"model '{spec}' is not in the Hugging Face cache; run `dgemma-lsp fetch-model {spec}` "
+            "to download it (~52 GB), or pass --model with a local folder"
+        ) from None
+
+
+def declared_context_tokens(spec: str) -> int | None:
+    """The context limit the model's folder names (prompting.MODEL_CONTEXT_KEY in its tokenizer_config.json), read
+    without loading anything: known before the weights are; None when it names none, or its folder is not at hand
+    (the load then says why)."""
+    from .prompting import MODEL_CONTEXT_KEY, context_tokens_value
+    from .tiny_model import builtin_model_folder
+
+    try:
+        folder = builtin_model_folder(spec, build=False) or resolve_model_folder(spec)
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (EngineError, OSError, ValueError):
+        return None
+    return context_tokens_value(config.get(MODEL_CONTEXT_KEY)) if isinstance(config, dict) else None
+
+
+def fetch_model(model_id: str = DEFAULT_MODEL_ID) -> Path:
+    """Download a checkpoint into the Hugging Face cache (the one command that uses the network)."""
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(model_id))

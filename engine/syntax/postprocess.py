@@ -21,6 +21,7 @@ import msgspec
 from ..api import HolePlan, InfillContext
 from .block_words import answer_opens, block_end_walker, bracket_view
 from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer, open_depth
+from .languages import INDENT_SCOPED
 
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
 _REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
@@ -188,13 +189,20 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
                 return first.rstrip()
             return first.rstrip() + _finish_lines("\n" + rest, plan, line_before + first, suffix, language)
     lines = text.split("\n")
+    written_at_cursor = bool(lines[0].strip())
     while lines and not lines[0].strip():
         lines.pop(0)
     if not lines:
         return ""
     walk_words = _lua_depth_walk if language == "lua" else block_end_walker(language)
-    lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before),
-                    opens=answer_opens(language, lines))
+    if language in INDENT_SCOPED:
+        # The answer's first line starts at the cursor, after the cursor's line (its indentation, or
+        # a header `for x in xs:`): its own column is not in the text, the later lines' are.
+        first_at_cursor = bool(line_before) and written_at_cursor
+    else:
+        first_at_cursor = not line_before.strip() and bool(line_before)
+    lines = _rebase(lines, plan.indent, first_at_cursor=first_at_cursor, opens=answer_opens(language, lines),
+                    scoped_by_indent=language in INDENT_SCOPED)
     kept: list[str] = []
     depth = 0
     keyword_depth = 0
@@ -528,13 +536,18 @@ def _indent_width(line: str) -> int:
     return width
 
 
-def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool | None = None) -> list[str]:
+def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool | None = None,
+            scoped_by_indent: bool = False) -> list[str]:
     """Re-indent lines so their base indentation is `indent`, keeping relative indentation,
     and drop everything from the first line that dedents below the base (the block ended).
 
     The base is the first line's indentation. When the cursor already sits at the
     indentation and the model wrote its first line flush left but the following lines at
     the document's indentation, it wrote in document coordinates: the base is `indent`.
+    `scoped_by_indent` (languages.INDENT_SCOPED): the following lines are in document
+    coordinates, as the models are trained to write them (engine/training/examples.py: the
+    middle keeps each line's own indentation), so a flush line after a flush first line is
+    past the block (`total += x` / `print(total)` in a loop's body), not a sibling of it.
     """
     target = _indent_width(indent)
     first_width = _indent_width(lines[0])
@@ -546,7 +559,13 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool
         # Indented later lines after a flush first line: document coordinates (a later line
         # left of the cursor is then a dedent). After an opener, only deeper than the cursor.
         # A flush line after a blank one starts a new top-level chunk: document coordinates too.
-        if (second > target if opens else second > 0) or _flush_after_blank(lines):
+        if scoped_by_indent:
+            # Relative only where document coordinates give an opener an empty body: its next
+            # line indented, but no deeper than the cursor (`if x:` / `    y = 1`).
+            document = not (opens and 0 < second <= target)
+        else:
+            document = second > target if opens else second > 0
+        if document or _flush_after_blank(lines):
             base = target
     # Tabs where the cursor's block has them, or (at the top level) where the text has them.
     tabbed = indent.startswith("\t") or (not indent and any(line.startswith("\t") for line in lines[1:]))

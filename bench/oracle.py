@@ -25,7 +25,11 @@ Answers (variants) for each hole:
   cannot belong to the hole;
 - fenced: the truth in a Markdown code fence;
 - repeated: the line before the cursor (its text before the cursor, or, on a blank line, the
-  previous code line) repeated before the truth.
+  previous code line) repeated before the truth;
+- outdented (languages whose indentation is syntax, holes in an indented block): the truth, then
+  on the very next line, at column 0, the first line of a top-level declaration from another file:
+  the model running on past the block with code that is not the suffix's, which only the
+  indentation ends (a blank line between, the foreign answer, is the easier case).
 
 Pass: the finished top candidate, inserted at the cursor in place of the `replace_chars` it
 replaces, rebuilds the original file: exactly where indentation is syntax (INDENT_SYNTAX; but for
@@ -65,8 +69,8 @@ from dgemma_lsp.engine.syntax.languages import (
 from .oracle_sources import DEFAULT_SOURCES, SourceFile, fetch, read_sources
 
 KINDS = ("line", "expression", "expression-open", "statement", "multi-line", "block")
-VARIANTS = ("truth", "run-on", "foreign", "fenced", "repeated")
-TARGETS = {"truth": 0.995, "run-on": 0.97, "foreign": 0.97, "fenced": 0.97, "repeated": 0.97}
+VARIANTS = ("truth", "run-on", "foreign", "fenced", "repeated", "outdented")
+TARGETS = {"truth": 0.995, "run-on": 0.97, "foreign": 0.97, "fenced": 0.97, "repeated": 0.97, "outdented": 0.97}
 INDENT_SYNTAX = frozenset({"python", "yaml", "haskell", "nim", "fsharp"})
 """Languages whose indentation is syntax: compared exactly."""
 COMMENT_MARKS = {"python": "#", "lua": "--", "ruby": "#", "bash": "#", "yaml": "#", "toml": "#"}
@@ -301,6 +305,9 @@ def answers(language: str, hole: Hole, text: str, foreign_decl: str | None) -> d
         lines = [line for line in head.split("\n")[-8:] if line.strip()]
         previous = lines[-1].rstrip("\r") if lines else ""
         out["repeated"] = previous + "\n" + line_before + truth if previous else truth
+    if foreign_decl is not None and language in INDENT_SYNTAX and line_before[:1] in (" ", "\t"):
+        eol = "\r\n" if "\r\n" in text else "\n"
+        out["outdented"] = truth + eol + foreign_decl.split("\n", 1)[0].rstrip("\r")
     return out
 
 

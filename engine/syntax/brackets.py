@@ -1,4 +1,5 @@
-"""Brackets in plain text, outside strings and line comments: a rough lexer shared by planning and post-processing.
+"""Brackets in plain text, outside strings and line comments: a rough lexer and the one bracket-depth
+walk over it (`bracket_depths`), shared by planning and post-processing.
 
 Used where no tree is at hand (a model's raw output) or where a tree would be
 overkill (the rest of the cursor's line). Knows no grammar: `#` (first on its line or before a
@@ -63,37 +64,46 @@ def _hash_comment(text: str, i: int) -> bool:
     return not text[line_start:i].strip()
 
 
-def open_depth(text: str) -> int:
-    """Brackets left open at the end of `text` (never negative)."""
-    depth = 0
-    for _, c in code_chars(text):
+def bracket_depths(text: str, depth: int = 0, start: int = 0) -> Iterator[tuple[int, str, int]]:
+    """(index, bracket, depth after it) for each bracket outside strings and comments, counting
+    from `depth`: the one depth walk the helpers below and post-processing's stops read. Brackets
+    before `start` are lexed (a quote opened there closes after it) but not counted."""
+    for i, c in code_chars(text):
+        if i < start:
+            continue
         if c in OPENERS:
             depth += 1
         elif c in CLOSERS:
-            depth = max(0, depth - 1)
+            depth -= 1
+        else:
+            continue
+        yield i, c, depth
+
+
+def depth_change(text: str) -> int:
+    """Openers minus closers in `text` (negative where it closes more than it opens)."""
+    return sum(1 if c in OPENERS else -1 for _, c, _ in bracket_depths(text))
+
+
+def open_depth(text: str) -> int:
+    """Brackets left open at the end of `text` (never negative: a closer with nothing open is ignored)."""
+    depth = 0
+    for _, c, _ in bracket_depths(text):
+        depth = depth + 1 if c in OPENERS else max(0, depth - 1)
     return depth
 
 
 def closing_end(text: str, depth: int) -> int | None:
     """The index just after the closer in `text` that closes `depth` brackets opened before it, or None."""
-    for i, c in code_chars(text):
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-    return None
+    return next((i + 1 for i, c, after in bracket_depths(text, depth) if c in CLOSERS and after == 0), None)
 
 
-def first_unmatched_closer(text: str) -> int | None:
-    """Index of the first closing bracket in `text` that no opener in `text` matches."""
-    depth = 0
-    for i, c in code_chars(text):
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            if depth == 0:
-                return i
-            depth -= 1
-    return None
+def first_unmatched_closer(text: str, depth: int = 0, start: int = 0) -> int | None:
+    """Index of the first closing bracket in `text` that no opener in `text` matches, nor one of
+    `depth` brackets open before it; brackets before `start` lexed but not counted (bracket_depths)."""
+    return next((i for i, _, after in bracket_depths(text, depth, start) if after < 0), None)
+
+
+def balanced(text: str) -> bool:
+    """Whether every bracket `text` opens it closes, and it closes none it did not open."""
+    return first_unmatched_closer(text) is None and depth_change(text) == 0

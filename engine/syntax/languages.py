@@ -273,6 +273,11 @@ BODY_FIELDS = ("body", "consequence", "alternative")
 
 _NO_BRACE_BLOCKS = frozenset({"python", "lua", "ruby", "yaml", "toml", "html", PLAINTEXT})
 
+INDENT_SCOPED = frozenset({"python", "yaml", PLAINTEXT})
+"""Languages whose blocks end where the indentation does (plain text: its fallback's stops): a line
+left of a body's indentation is past the body, whatever it says. Elsewhere a closer or a word ends a
+block, and a line at column 0 inside one is only a style (C's labels, C++'s `public:`)."""
+
 DATA_LANGUAGES = frozenset({"json", "yaml", "toml"})
 """Languages of values, not statements: a `{|}` there is an object to fill in, never a body."""
 

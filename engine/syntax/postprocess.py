@@ -20,7 +20,8 @@ import msgspec
 
 from ..api import HolePlan, InfillContext
 from .block_words import answer_opens, block_end_walker, bracket_view
-from .brackets import CLOSERS, OPENERS, code_chars, first_unmatched_closer, open_depth
+from .brackets import CLOSERS, OPENERS, balanced, code_chars, depth_change, first_unmatched_closer, open_depth
+from .languages import INDENT_SCOPED
 
 _DEGENERATE_WHOLE = re.compile(r"(.{1,16}?)\1{4,}", re.DOTALL)
 _REPEATED_RUN = re.compile(r"(.{2,24}?)\1{7,}", re.DOTALL)
@@ -162,7 +163,7 @@ def _finish_line(text: str, plan: HolePlan, line_before: str, suffix: str, langu
             # (`["|`) closes in it, and its brackets count outside that string.
             depth = open_depth(bracket_view(language, line_before + line))
         else:
-            depth += _depth_change(bracket_view(language, line))
+            depth += depth_change(bracket_view(language, line))
         kept.append(line)
         if depth <= 0 or body_follows:
             # A bracket left open grows the line, unless what it opens is already in the suffix
@@ -188,13 +189,20 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
                 return first.rstrip()
             return first.rstrip() + _finish_lines("\n" + rest, plan, line_before + first, suffix, language)
     lines = text.split("\n")
+    written_at_cursor = bool(lines[0].strip())
     while lines and not lines[0].strip():
         lines.pop(0)
     if not lines:
         return ""
     walk_words = _lua_depth_walk if language == "lua" else block_end_walker(language)
-    lines = _rebase(lines, plan.indent, first_at_cursor=not line_before.strip() and bool(line_before),
-                    opens=answer_opens(language, lines))
+    if language in INDENT_SCOPED:
+        # The answer's first line starts at the cursor, after the cursor's line (its indentation, or
+        # a header `for x in xs:`): its own column is not in the text, the later lines' are.
+        first_at_cursor = bool(line_before) and written_at_cursor
+    else:
+        first_at_cursor = not line_before.strip() and bool(line_before)
+    lines = _rebase(lines, plan.indent, first_at_cursor=first_at_cursor, opens=answer_opens(language, lines),
+                    scoped_by_indent=language in INDENT_SCOPED)
     kept: list[str] = []
     depth = 0
     keyword_depth = 0
@@ -213,15 +221,16 @@ def _finish_lines(text: str, plan: HolePlan, line_before: str, suffix: str, lang
                 while kept and (not kept[-1].strip() or _is_comment(kept[-1])):
                     kept.pop()  # the comment above the suffix's statement is the suffix's too
                 break
-            line_depth, dipped = _depth_walk(bracket_view(language, line), depth)
-            if dipped:
+            view = bracket_view(language, line)
+            dip = first_unmatched_closer(view, depth)
+            if dip is not None:
                 # The line closes a bracket opened before the hole: the suffix has that closer.
                 # (Cut the line itself where its view is cut: the view blanks CSS's `#fff`.)
-                cut = line[:len(_cut_at_unmatched(bracket_view(language, line), depth))]
+                cut = line[:dip]
                 if cut.strip():
                     kept.append(cut.rstrip())
                 break
-            depth = line_depth
+            depth += depth_change(view)
         kept.append(line.rstrip())
         if len(kept) >= (plan.max_lines or len(lines)):
             break
@@ -344,19 +353,7 @@ def _balances_only_kept(line_before: str, text: str, copy_chars: int, rest_of_li
         return False
     first = text.split("\n", 1)[0]
     tail = rest_of_line if "\n" not in text else ""
-    return _balanced(line_before + first + tail) and not _balanced(line_before + first[copy_chars:] + tail)
-
-
-def _balanced(line: str) -> bool:
-    depth = 0
-    for _, c in code_chars(line):
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            depth -= 1
-            if depth < 0:
-                return False
-    return depth == 0
+    return balanced(line_before + first + tail) and not balanced(line_before + first[copy_chars:] + tail)
 
 
 def _cut_degenerate(text: str) -> str:
@@ -390,48 +387,17 @@ def _cut_degenerate(text: str) -> str:
 # --- brackets and indentation -------------------------------------------------------------
 
 
-def _depth_change(text: str) -> int:
-    depth = 0
-    for _, c in code_chars(text):
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            depth -= 1
-    return depth
-
-
 def _first_closer_after(line_before: str, text: str) -> int | None:
     """The first closer in `text` that closes nothing `text` opens, reading `text` after the
     cursor's line (a quote opened before the cursor closes in `text`)."""
-    depth = 0
-    for i, c in code_chars(line_before + text):
-        if i < len(line_before):
-            continue
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            if depth == 0:
-                return i - len(line_before)
-            depth -= 1
-    return None
+    at = first_unmatched_closer(line_before + text, start=len(line_before))
+    return None if at is None else at - len(line_before)
 
 
 def _in_quote(line_before: str) -> bool:
     """Whether the cursor's line leaves a quote open (or a comment) at the cursor."""
     sentinel = len(line_before)
     return all(i != sentinel for i, _ in code_chars(line_before + "("))
-
-
-def _depth_walk(line: str, depth: int) -> tuple[int, bool]:
-    """Depth after `line` starting at `depth`, and whether it dipped below zero."""
-    for _, c in code_chars(line):
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            depth -= 1
-            if depth < 0:
-                return depth, True
-    return depth, False
 
 
 _LUA_KEYWORD = re.compile(r"\b(function|if|do|repeat|end|until|elseif|else)\b")
@@ -456,17 +422,6 @@ def _lua_depth_walk(line: str, depth: int) -> tuple[int, bool]:
     return depth, False
 
 
-def _cut_at_unmatched(line: str, depth: int) -> str:
-    for i, c in code_chars(line):
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            depth -= 1
-            if depth < 0:
-                return line[:i]
-    return line
-
-
 def _first_unescaped(text: str, quote: str) -> int | None:
     i = 0
     while i < len(text):
@@ -484,7 +439,7 @@ def _cap_balanced(lines: list[str], max_lines: int) -> str:
     depth = 0
     for line in lines:
         kept.append(line)
-        depth += _depth_change(line)
+        depth += depth_change(line)
         if depth <= 0 or len(kept) >= max_lines:
             break
     return "\n".join(kept)
@@ -495,21 +450,14 @@ def _drop_closer_suffix_has(text: str, suffix: str, line_before: str) -> str:
     on the cursor's line, or on the next line at the cursor line's indentation (where a
     formatter puts the closer of a bracket the cursor's line opened; a closer indented
     less closes an outer block, which the text's closer does not)."""
-    depth = 0
     rest, _, later = suffix.partition("\n")
     upcoming = rest.strip()[:1]
     if not upcoming:
         next_line = next((line for line in later.split("\n") if line.strip()), "")
         if _leading(next_line) == _leading(line_before):
             upcoming = next_line.strip()[:1]
-    for i, c in code_chars(text):
-        if c in OPENERS:
-            depth += 1
-        elif c in CLOSERS:
-            depth -= 1
-            if depth < 0:
-                return text[:i].rstrip() if c == upcoming else text
-    return text
+    at = first_unmatched_closer(text)
+    return text[:at].rstrip() if at is not None and text[at] == upcoming else text
 
 
 def _leading(line: str) -> str:
@@ -528,13 +476,18 @@ def _indent_width(line: str) -> int:
     return width
 
 
-def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool | None = None) -> list[str]:
+def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool | None = None,
+            scoped_by_indent: bool = False) -> list[str]:
     """Re-indent lines so their base indentation is `indent`, keeping relative indentation,
     and drop everything from the first line that dedents below the base (the block ended).
 
     The base is the first line's indentation. When the cursor already sits at the
     indentation and the model wrote its first line flush left but the following lines at
     the document's indentation, it wrote in document coordinates: the base is `indent`.
+    `scoped_by_indent` (languages.INDENT_SCOPED): the following lines are in document
+    coordinates, as the models are trained to write them (engine/training/examples.py: the
+    middle keeps each line's own indentation), so a flush line after a flush first line is
+    past the block (`total += x` / `print(total)` in a loop's body), not a sibling of it.
     """
     target = _indent_width(indent)
     first_width = _indent_width(lines[0])
@@ -546,7 +499,13 @@ def _rebase(lines: list[str], indent: str, *, first_at_cursor: bool, opens: bool
         # Indented later lines after a flush first line: document coordinates (a later line
         # left of the cursor is then a dedent). After an opener, only deeper than the cursor.
         # A flush line after a blank one starts a new top-level chunk: document coordinates too.
-        if (second > target if opens else second > 0) or _flush_after_blank(lines):
+        if scoped_by_indent:
+            # Relative only where document coordinates give an opener an empty body: its next
+            # line indented, but no deeper than the cursor (`if x:` / `    y = 1`).
+            document = not (opens and 0 < second <= target)
+        else:
+            document = second > target if opens else second > 0
+        if document or _flush_after_blank(lines):
             base = target
     # Tabs where the cursor's block has them, or (at the top level) where the text has them.
     tabbed = indent.startswith("\t") or (not indent and any(line.startswith("\t") for line in lines[1:]))

@@ -1,11 +1,12 @@
 """The infill oracle on the committed sample of real code (tests/data/oracle): the true middle, and
-the true middle with run-on, foreign code, fences or a repeated line, must rebuild every file
-through the real pipeline, at the issue's targets in every language the sample holds."""
+the true middle with run-on, foreign code, fences, a repeated line or (where indentation is
+syntax) a line at column 0 after it, must rebuild every file through the real pipeline, at the
+issue's targets in every language the sample holds."""
 
 import json
 from pathlib import Path
 
-from dgemma_lsp.bench.oracle import TARGETS, Hole, answers, rebuilds, run_oracle, summary
+from dgemma_lsp.bench.oracle import INDENT_SYNTAX, TARGETS, Hole, answers, rebuilds, run_oracle, summary
 
 SAMPLE = Path(__file__).parents[1] / "data" / "oracle"
 SAMPLED = ("c", "cpp", "go", "java", "javascript", "lua", "python", "rust", "tsx", "typescript",
@@ -19,7 +20,8 @@ def test_the_committed_sample_meets_the_targets_in_every_language():
     result = summary(run_oracle(SAMPLE, files_per_language=10, per_kind=2))
     assert set(SAMPLED) <= set(result["languages"])
     for language, data in result["languages"].items():
-        assert set(data["variants"]) == set(TARGETS), language
+        variants = set(TARGETS) - ({"outdented"} if language not in INDENT_SYNTAX else set())
+        assert set(data["variants"]) == variants, language
         kinds = {"line", "expression", "expression-open", "statement"} | ({"block"} - NO_BLOCK_HOLES.get(language, set()))
         assert set(data["kinds"]) >= kinds, language
         for variant, figure in data["variants"].items():
@@ -61,3 +63,13 @@ def test_the_answers_of_a_nested_hole():
     assert got["foreign"] == "a, 1)}\n\nint h(void) {\n    return 0;\n}"
     assert got["fenced"] == "```c\na, 1\n```\n"
     assert got["repeated"] == "    return g(a, 1"
+    assert "outdented" not in got  # brackets end C's blocks, not a line at column 0
+
+
+def test_the_outdented_answer_runs_past_an_indented_block_into_code_at_column_0():
+    original = "def f(xs):\n    for x in xs:\n        total += x\n    return total\n"
+    hole = Hole("block", original.index("total +="), original.index("\n    return"))
+    got = answers("python", hole, original, "def g():\n    return 0")
+    assert got["outdented"] == "total += x\ndef g():"
+    top = "x = 1\ny = 2\n"
+    assert "outdented" not in answers("python", Hole("statement", 6, 11), top, "def g():\n    return 0")

@@ -38,8 +38,8 @@ Each as {p50, p99} unless said otherwise. `--lines N` types into a generated Pyt
 file of N lines instead (the 10,000-line variant: `--lines 10000`). Keystrokes are sent one at a time (the next after the
 answer), with the coalescing window set to 0: this measures the work, not a
 debounce. The client is bench/jsonrpc.py, which decodes with msgspec and converts
-nothing: the window holds the server's work and the pipe, not a Python client's
-(before 2026-11-23 it was pygls' client; see bench/RESULTS.md). Knows LSP and our
+nothing: the window holds the server's work and the pipe, not a Python client's (pygls' client
+converts every answer, status and draft inside the window, on the same cores). Knows LSP and our
 custom notifications; imports no torch.
 """
 

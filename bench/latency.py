@@ -19,7 +19,7 @@ Per keystroke it times, from the didChange being sent:
                    its longest pass (its loop monitor, read with the `dgemma.serverStats`
                    command after the keystroke's two requests), {p50, p99, max}. With
                    --loop-probe the monitor also probes the loop every millisecond, as it
-                   did before 2026-11-24 evening; the probe slows the server it measures
+                   once did; the probe slows the server it measures
                    (server/loop_monitor.py), so it is off by default;
   loopBusyMs       the longest single pass of the server's event loop through its ready
                    callbacks during the keystroke (the same monitor), {p50, p99, max}: the

@@ -19,7 +19,7 @@ Per keystroke it times, from the didChange being sent:
                    its longest pass (its loop monitor, read with the `dgemma.serverStats`
                    command after the keystroke's two requests), {p50, p99, max}. With
                    --loop-probe the monitor also probes the loop every millisecond, as it
-                   did before 2026-11-24 evening; the probe slows the server it measures
+                   once did; the probe slows the server it measures
                    (server/loop_monitor.py), so it is off by default;
   loopBusyMs       the longest single pass of the server's event loop through its ready
                    callbacks during the keystroke (the same monitor), {p50, p99, max}: the
@@ -38,8 +38,8 @@ Each as {p50, p99} unless said otherwise. `--lines N` types into a generated Pyt
 file of N lines instead (the 10,000-line variant: `--lines 10000`). Keystrokes are sent one at a time (the next after the
 answer), with the coalescing window set to 0: this measures the work, not a
 debounce. The client is bench/jsonrpc.py, which decodes with msgspec and converts
-nothing: the window holds the server's work and the pipe, not a Python client's
-(before 2026-11-23 it was pygls' client; see bench/RESULTS.md). Knows LSP and our
+nothing: the window holds the server's work and the pipe, not a Python client's (pygls' client
+converts every answer, status and draft inside the window, on the same cores). Knows LSP and our
 custom notifications; imports no torch.
 """
 

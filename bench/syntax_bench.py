@@ -14,8 +14,8 @@ keystrokes and over the first keystroke on a fresh line (where the context's sta
 part is recomputed). Brackets are auto-closed as editors do by default (`--no-autoclose`
 types them unpaired: tree-sitter's error recovery then reparses to the end of the file).
 `--non-ascii` puts a comment of non-ASCII text near the top of each file, so that str and
-byte offsets differ for nearly all of it (until 2026-11-24 that made each conversion read
-the file from its start). Pure CPU; no model, no torch.
+byte offsets differ for nearly all of it (a conversion that read the file from its start would
+then cost the whole file at every call). Pure CPU; no model, no torch.
 """
 
 from __future__ import annotations

@@ -12,11 +12,11 @@ the loop's thread waking for a message from a pipe or socket (the editor's, the 
 nothing says when those bytes arrived. That wake-up is the OS's, and the probe below counts it.
 
 Why not a probe (a thread posting a callback every millisecond and timing its wait), as
-the server did until 2026-11-24 evening: the probe wakes the loop and takes the GIL a
+the server once did: the probe wakes the loop and takes the GIL a
 thousand times a second, and on the 2-core development machine that made the server
 slower while it watched (bench latency, 14 runs alternating with and without it: overhead
 a median +0.4 ms at p50 and +0.8 ms at p99, slower in 13 and 12 of the pairs; see
-bench/RESULTS.md). A session that is not measured never runs it, so the figures came from a
+bench/RESULTS.md, "Editor latency"). A session that is not measured never runs it, so the figures came from a
 slower server than the editor talks to. The probe remains where there is no real traffic to
 time: a loop that is not a `TimedEventLoop` (pygls' TCP server, tests) and `probe=True`
 (`bench latency --loop-probe`, and the bare loop below). An earlier version timed how late a 1 ms `asyncio.sleep` woke; asyncio's

@@ -52,7 +52,8 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
     """Stop a canvas once it is stable and confident; false always runs `steps`."""
     prompt_layout: Literal["natural", "suffix-first"] | None = None
     """How the prompt lays the file out: "suffix-first" keeps all but the cursor's line in the
-    engine's prompt cache; null: the default ("natural", see bench/RESULTS.md for why)."""
+    engine's prompt cache; null: the default ("natural", see bench/RESULTS.md, "Editor latency": prompt
+    layouts, for why)."""
     cache_size: Annotated[int, msgspec.Meta(ge=0, le=4096)] = 128
     """Finished completions kept for repeated and typed-ahead requests (0 disables the cache)."""
     prompt_cache_mb: Annotated[int, msgspec.Meta(ge=0, le=1048576)] | None = msgspec.field(

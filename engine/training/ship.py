@@ -22,8 +22,8 @@ PROMPT_LAYOUT = "suffix-first"
 """The layout an exported model asks for when a request names none (prompting.MODEL_LAYOUT_KEY). The
 recipe trains on both; on the same 300 held-out holes the long run's snapshots at 3.0, 3.2, 3.3 and
 6.2 CPU-hours read suffix-first with lower losses in all four (causal answer loss 0.03-0.06 lower) and
-equal or higher accuracies in all but two of twelve figures (bench/RESULTS.md, session 44), and a
-keystroke then re-encodes ~35 prompt tokens instead of ~390."""
+equal or higher accuracies in all but two of twelve figures (`validation --layout suffix-first`;
+bench/RESULTS.md, "The tiny model"), and a keystroke then re-encodes ~35 prompt tokens instead of ~390."""
 
 
 def export_snapshot(run_dir: Path, snapshot: Path, folder: Path, prompt_layout: str = PROMPT_LAYOUT) -> dict:

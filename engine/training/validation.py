@@ -13,8 +13,8 @@ loss over the answer given the prompt and the answer's earlier tokens (what the 
 know of the infill, read causally; objective.py's answer_encoder_weight trains it), and
 `answerAccuracyLeftToRight`: the decoder's accuracy at answer position k when the canvas holds the
 true answer left of k and noise from k on, over every k (its own noise seed). It is the decoder's
-reading of a canvas it has partly written: what a sampler can build on step after step. (The first
-measure of it, session 43: 14.9% where the causal reading of the same positions scored 34.6%, and
+reading of a canvas it has partly written: what a sampler can build on step after step. (On the
+tiny run's snapshot at 2.5 CPU-hours: 14.9% where the causal reading of the same positions scored 34.6%, and
 the decoder from pure noise got the first token nearly as often as the causal reading did, 26%
 against 30%.)
 

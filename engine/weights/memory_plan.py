@@ -22,7 +22,7 @@ from ..errors import ModelLoadError
 GIB = 1024**3
 DEVICE_MARGIN_BYTES = 4 * GIB
 """Left free on a GPU beyond the weights: the denoising step's working memory and the CUDA context.
-Measured on an H200 (bench/RESULTS.md, "the first GPU figures"): a 512-token prompt's canvases peaked
+Measured on an H200 (`bench step`; bench/RESULTS.md, "GPU"): a 512-token prompt's canvases peaked
 1.96-2.14 GB above the weights at 1 candidate and 4.39 GB at 4 (int4); the default is 3 candidates,
 and the CUDA context (~0.5 GiB) is outside what the allocator counts. It was 1 GiB before that."""
 CPU_MARGIN_BYTES = GIB

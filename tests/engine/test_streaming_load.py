@@ -96,9 +96,9 @@ def test_a_load_that_cannot_fit_fails_before_reading_and_names_the_mode_that_fit
 
 
 def test_a_gpu_keeps_room_for_what_denoising_was_measured_to_need_beyond_the_weights():
-    # The H200 run (bench/RESULTS.md, 2026-11-26): the int4 model's 14.26 GB of weights peaked at 16.22 GB
-    # denoising one candidate and 18.65 GB with four, the CUDA context aside. 17 GiB free is not enough
-    # for the default 3 candidates; with 1 GiB of margin (before that run) it was said to fit.
+    # `bench step` on an H200 (bench/RESULTS.md, "GPU"): the int4 model's 14.26 GB of weights peaked at
+    # 16.22 GB denoising one candidate and 18.65 GB with four, the CUDA context aside. 17 GiB free is not
+    # enough for the default 3 candidates; with 1 GiB of margin (before that run) it was said to fit.
     plan = FitPlan(mode="int4", device="cuda:0", resident_bytes={"none": 50_508_467_836, "fp8": 26_511_856_252,
                                                            "int8": 26_511_856_252, "int4": 14_261_219_964},
                    device_free_bytes=17 * GIB, host_free_bytes=30 * GIB, host_pass_bytes=5 * GIB)

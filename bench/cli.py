@@ -34,6 +34,7 @@ BENCHMARKS = {
     "oracle": ("dgemma_lsp.bench.oracle", "the true middle through the infill pipeline, holes cut from real code (no model)"),
     "crossfile": ("dgemma_lsp.bench.crossfile", "model-free recall of cross-file context on real multi-file packages"),
     "nextedit": ("dgemma_lsp.bench.nextedit", "next-edit proposals vs the next real edit between two package releases"),
+    "respawn": ("dgemma_lsp.bench.respawn", "kill -9 of the engine daemon -> the next completion served (s), by phase"),
     "soak": ("dgemma_lsp.bench.soak", "N documents opened, edited, completed, closed: does the server's RSS level off?"),
     "dryrun": ("dgemma_lsp.bench.dryrun", "the CUDA path at full size on virtual GPUs (fake tensors, no GPU): syncs, ops, memory"),
 }

@@ -190,6 +190,7 @@ def _status_text(info: dict) -> str:
         f"  clients   {info['clients']}  queue {info['queue']}  running {info['runningJobs']}\n"
         f"  prompt cache {info.get('promptCacheBytes', 0) / 2**20:.1f} MiB\n"
         f"  uptime    {info['uptime']:.0f} s  idle unload {info['idleUnload'] or 'never'}\n"
+        f"  standby   {('pid ' + str(info['standbyPid'])) if info.get('standbyPid') else 'none'}\n"
         f"  socket    {info['socket']}\n  log       {info['logFile']}\n"
     )
 

@@ -42,6 +42,7 @@ from ..api import DenoiseRequest, DenoiseResult, EngineStatus
 from ..client import DraftListener, EngineUnavailableError, StatusListener
 from ..model.folders import declared_context_tokens
 from .paths import (
+    ALREADY_RUNNING_EXIT,
     EnginePaths,
     FileLock,
     default_transport,
@@ -74,11 +75,17 @@ from .protocol import (
     daemon_decoder,
     encode_frame,
 )
+from .standby import supported as standby_supported
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
 SPAWN_TIMEOUT_S = 120.0
+RETRY_S = 0.02
+"""Between two tries to connect to a daemon that is coming up."""
+STANDBY_GRACE_S = 0.5 if standby_supported() else 0.0
+"""After a daemon is lost, how long its standby may take to claim its place before another is started
+(it takes milliseconds: the kernel closes the dead daemon's pipe and lock at once)."""
 CANCEL_GRACE_S = 10.0
 RELOAD_WAIT_S = 600.0
 """How long `reload` waits for the daemon's load to settle before answering with "loading"."""
@@ -270,6 +277,12 @@ def spawn_daemon(key: EngineKey, paths: EnginePaths, *, idle_unload: float | Non
         # Reap it when it exits, so a killed daemon does not linger as a zombie of this process.
         threading.Thread(target=process.wait, name="dgemma-daemon-reaper", daemon=True).start()
         if not ready:
+            try:  # it closed the pipe: its exit status is moments away
+                code = process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                code = None
+            if code == ALREADY_RUNNING_EXIT:
+                return None  # a daemon's standby took the lock first (standby.py): connect to it
             if process.poll() is None:
                 process.kill()
             raise errors.EngineError(
@@ -316,22 +329,30 @@ def _log_tail(paths: EnginePaths, lines: int = 8) -> str:
 
 async def attach_or_spawn(key: EngineKey, paths: EnginePaths, name: str, *, spawn: bool = True,
                           idle_unload: float | None = DEFAULT_IDLE_UNLOAD_S, log_level: str = "INFO",
-                          on_spawn: Callable[[], None] | None = None) -> DaemonSession:
-    """A session with the daemon of `key`, starting one when none answers."""
-    deadline = time.monotonic() + SPAWN_TIMEOUT_S
+                          on_spawn: Callable[[], None] | None = None, standby_grace_s: float = 0.0) -> DaemonSession:
+    """A session with the daemon of `key`, starting one when none answers.
+
+    `standby_grace_s`: after a daemon was lost, how long to wait for its standby (standby.py) to take the
+    pid lock before starting another daemon."""
+    started = time.monotonic()
+    deadline = started + SPAWN_TIMEOUT_S
     while True:
         try:
             return await DaemonSession.open(key, paths, name)
         except DaemonNotRunningError:
             if not spawn or time.monotonic() > deadline:
                 raise
+        if lock_is_held(paths.pid_lock) or time.monotonic() - started < standby_grace_s:
+            # A daemon holds the pid lock but does not answer yet: it is coming up (a fresh one importing,
+            # or a standby taking over), or a killed one whose lock the kernel has not dropped yet. Or a
+            # daemon was just lost and its standby has not taken the lock yet. Either settles within moments.
+            await asyncio.sleep(RETRY_S)
+            continue
         if on_spawn is not None:
             on_spawn()
         pid = await asyncio.to_thread(spawn_daemon, key, paths, idle_unload=idle_unload, log_level=log_level)
-        if pid is None:
-            # Another daemon holds the pid lock but did not answer: it is coming up, or a killed
-            # one whose lock the kernel has not dropped yet. Either settles within moments.
-            await asyncio.sleep(0.1)
+        if pid is None:  # another process's daemon took the lock first: connect to it
+            await asyncio.sleep(RETRY_S)
 
 
 # -- the EngineClient --------------------------------------------------------------------------
@@ -346,6 +367,8 @@ class DaemonEngineClient:
         self.key = key
         self.paths = paths or EnginePaths.for_key(key)
         self._spawn = spawn
+        self._lost = False
+        """The last session was lost (not closed by us): its standby may be taking over."""
         self._idle_unload = idle_unload
         self._log_level = log_level
         self._name = name
@@ -481,10 +504,12 @@ class DaemonEngineClient:
     async def _connect(self) -> DaemonSession:
         if self._status.state not in ("loading", "error"):
             self._set_status(state="loading", message="attaching to the engine daemon")
+        lost, self._lost = self._lost, False
         session = await attach_or_spawn(
             self.key, self.paths, self._name, spawn=self._spawn, idle_unload=self._idle_unload,
             log_level=self._log_level,
             on_spawn=lambda: self._set_status(state="loading", message="starting the engine daemon"),
+            standby_grace_s=STANDBY_GRACE_S if lost else 0.0,
         )
         session.listen(self._on_message, lambda error: self._on_closed(session, error))
         if self._budget_set:
@@ -526,6 +551,7 @@ class DaemonEngineClient:
         log.warning(message)
         # Respawn first, then wake the waiting requests: they find the new connection under way.
         self._set_status(state="error", message=message)
+        self._lost = True  # its standby may be taking over
         if self._connecting is None:
             self._connect_in_background()
         self._fail_jobs(ConnectionLostError(message))

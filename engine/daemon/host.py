@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 
 from .. import errors
 from ..api import DenoiseRequest, EngineStatus
-from .paths import EnginePaths, FileLock, new_token, write_private
+from . import standby as standbys
+from .paths import ALREADY_RUNNING_EXIT, EnginePaths, FileLock, new_token, write_private
 from .protocol import (
     PROTOCOL_VERSION,
     Cancel,
@@ -65,6 +66,7 @@ from .protocol import (
 )
 
 log = logging.getLogger(__name__)
+Standby = standbys.Standby
 
 HANDSHAKE_TIMEOUT_S = 10.0
 DRAFT_BACKLOG_BYTES = 1024 * 1024
@@ -137,14 +139,21 @@ class EngineDaemon:
         self._work = asyncio.Event()
         self._stopping = asyncio.Event()
         self._stop_reason = "stopped by a signal"
+        self.standby: Standby | None = None
+        """The warm standby that serves in our place if this process is killed (standby.py)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
-    async def serve(self, ready_fd: int | None = None) -> None:
-        """Listen, tell the spawner we are ready (a line on `ready_fd`), serve until stopped."""
-        pid_lock = FileLock(self.paths.pid_lock)
-        if not pid_lock.acquire(blocking=False):
-            raise DaemonAlreadyRunningError(f"an engine daemon for {self.key.model} is already running")
+    async def serve(self, ready_fd: int | None = None, *, pid_lock: FileLock | None = None,
+                    standby: Standby | None = None) -> None:
+        """Listen, tell the spawner we are ready (a line on `ready_fd`), serve until stopped.
+
+        `pid_lock`: already held (a standby taking over); `standby`: ours, stopped before the lock is let go."""
+        self.standby = standby
+        if pid_lock is None:
+            pid_lock = FileLock(self.paths.pid_lock)
+            if not pid_lock.acquire(blocking=False):
+                raise DaemonAlreadyRunningError(f"an engine daemon for {self.key.model} is already running")
         server = None
         try:
             pid_lock.write(f"{os.getpid()}\n")
@@ -181,6 +190,10 @@ class EngineDaemon:
                 path.unlink(missing_ok=True)
             if self.transport == "unix":
                 self.paths.socket.unlink(missing_ok=True)
+            if standby is not None:
+                standby.stop()  # we stop on purpose: it must not take over
+            if self.load_abandoned:  # said before the lock goes: whoever waits for the lock reads it in the log
+                log.info("engine daemon stopped during a load: exiting without waiting for it")
             pid_lock.release()
 
     async def _listen(self) -> asyncio.AbstractServer:
@@ -500,6 +513,7 @@ class EngineDaemon:
             log_file=str(self.paths.log),
             protocol=PROTOCOL_VERSION,
             prompt_cache_bytes=status.prompt_cache_bytes,
+            standby_pid=self.standby.pid if self.standby is not None else 0,
             cancelled=status.cancelled,
         )
 
@@ -517,7 +531,36 @@ def _replace(status: EngineStatus, **changes) -> EngineStatus:
 
 def run_daemon(key: EngineKey, paths: EnginePaths, *, idle_unload: float | None, transport: str,
                ready_fd: int | None = None, preload: bool = False) -> int:
-    """Entry point of `dgemma-lsp engine serve`: blocks until the daemon stops; returns an exit code."""
+    """Entry point of `dgemma-lsp engine serve`: blocks until the daemon stops; returns an exit code.
+
+    Where a standby can be kept (standby.py), the model's imports come first and a standby is forked
+    before anything else exists; a standby that takes over returns through here to serve."""
+    # The lock first: of two daemons starting at once (a front end's and a standby taking over), the
+    # loser leaves before paying for the imports.
+    pid_lock = FileLock(paths.pid_lock)
+    if not pid_lock.acquire(blocking=False):
+        log.info("an engine daemon for %s is already running", key.model)
+        return ALREADY_RUNNING_EXIT
+    spare = None
+    if standbys.supported():
+        standbys.warm_imports()
+        keep_out = (pid_lock.fileno(),) if ready_fd is None else (pid_lock.fileno(), ready_fd)
+        spare, taken_over = standbys.start(paths, close_in_child=keep_out)
+        if taken_over is not None:  # this process is the standby of a daemon that died
+            pid_lock, ready_fd = taken_over, None  # the spawner's pipe was the dead daemon's, and is closed here
+    try:
+        return _serve(key, paths, idle_unload=idle_unload, transport=transport, ready_fd=ready_fd, preload=preload,
+                      pid_lock=pid_lock, spare=spare)
+    except BaseException:
+        if spare is not None:  # a daemon that failed must not be replaced by its standby, failing again
+            spare.stop()
+        raise
+    finally:
+        standbys.thaw()
+
+
+def _serve(key: EngineKey, paths: EnginePaths, *, idle_unload: float | None, transport: str, ready_fd: int | None,
+           preload: bool, pid_lock: FileLock, spare: Standby | None) -> int:
     from ..runtime.service import serving_service
 
     service = serving_service(
@@ -532,20 +575,16 @@ def run_daemon(key: EngineKey, paths: EnginePaths, *, idle_unload: float | None,
         if preload:
             daemon._load_wanted = True
             daemon._work.set()
-        await daemon.serve(ready_fd)
+        await daemon.serve(ready_fd, pid_lock=pid_lock, standby=spare)
 
     try:
         asyncio.run(main())
-    except DaemonAlreadyRunningError as error:
-        log.warning("%s", error)
-        return 3
     finally:
         if service.loaded and not daemon.load_abandoned:
             service.unload()
     if daemon.load_abandoned:
         # The loader thread is still reading the checkpoint; a normal exit would join it
         # (concurrent.futures' atexit hook). Its files and lock are already released.
-        log.info("engine daemon stopped during a load: exiting without waiting for it")
         logging.shutdown()
         os._exit(0)
     return 0

@@ -33,6 +33,10 @@ TRANSPORT_ENV = "DGEMMA_LSP_TRANSPORT"
 """`unix` (default where available) or `tcp` (loopback + token; the only choice on Windows)."""
 
 
+ALREADY_RUNNING_EXIT = 3
+"""`engine serve`'s exit status when another daemon (or a standby taking over) holds the engine's pid lock."""
+
+
 def engine_key(model: str, device: str | None = None, dtype: str | None = None,
                quantization: str | None = None) -> EngineKey:
     """The key of the daemon serving these options; a local folder is made absolute."""
@@ -186,6 +190,10 @@ class FileLock:
         os.ftruncate(self._fd, 0)
         os.lseek(self._fd, 0, os.SEEK_SET)
         os.write(self._fd, text.encode())
+
+    def fileno(self) -> int:
+        assert self._fd is not None, "the descriptor of a lock you do not hold"
+        return self._fd
 
     def release(self) -> None:
         if self._fd is not None:

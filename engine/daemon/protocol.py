@@ -174,6 +174,8 @@ class DaemonInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Where the daemon logs."""
     protocol: int
     """PROTOCOL_VERSION of the daemon."""
+    standby_pid: int = 0
+    """The process of its warm standby, which serves in its place if it is killed (0: none is kept)."""
     prompt_cache_bytes: int = 0
     """Bytes of prompt-cache snapshots kept on the model's device."""
     cancelled: int = 0

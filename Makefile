@@ -51,11 +51,15 @@ pip_install_from_index = index="$${PIP_INDEX_URL:-$$($(1) -m pip config get glob
 	cert="$${PIP_CERT:-$$($(1) -m pip config get global.cert 2>/dev/null)}"; \
 	$(1) -m pip install --isolated $${index:+--index-url "$$index"} $${cert:+--cert "$$cert"}
 CUDA_VENV := .venv-cuda
+CUDA_TORCH := $(CUDA_VENV)/.torch
 CUDA_STAMP := $(CUDA_VENV)/.installed
-$(CUDA_STAMP): pyproject.toml
+# Its own step: .ci/run downloads it while the CPU suite runs.
+$(CUDA_TORCH): Makefile
 	test -x $(CUDA_VENV)/bin/python || $(PYTHON) -m venv $(CUDA_VENV)
 	$(call pip_install_from_index,$(CUDA_VENV)/bin/python) -q torch==2.13.0
 	$(CUDA_VENV)/bin/python -c "import torch; assert torch.version.cuda, torch.__version__"
+	touch $(CUDA_TORCH)
+$(CUDA_STAMP): $(CUDA_TORCH) pyproject.toml
 	$(CUDA_VENV)/bin/python -m pip install -q -e '.[dev]'
 	touch $(CUDA_STAMP)
 

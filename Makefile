@@ -42,14 +42,24 @@ bench-gpu: $(STAMP)  ## GPU benchmarks: full-size DiffusionGemma vs autoregressi
 	$(VENV)/bin/dgemma-lsp bench moe --shape full
 	$(VENV)/bin/dgemma-lsp bench step
 
-# The CUDA build of the same torch, from PyPI (~4.7 GB, no GPU needed): --isolated skips this
-# machine's pip config, whose find-links serve the CPU build under the same version number.
+# The CUDA build of the same torch (2.7 GB of wheels: torch, triton and the nvidia-* libraries its import
+# loads; no GPU needed), from the machine's own package index: PIP_INDEX_URL, else its pip config's
+# index-url, else pip's default. --isolated drops the find-links and extra indexes of the environment and
+# the user's pip config, which may serve the CPU build under the same version number (this machine's do).
+# $(1): the python whose pip installs.
+pip_install_from_index = index="$${PIP_INDEX_URL:-$$($(1) -m pip config get global.index-url 2>/dev/null)}"; \
+	cert="$${PIP_CERT:-$$($(1) -m pip config get global.cert 2>/dev/null)}"; \
+	$(1) -m pip install --isolated $${index:+--index-url "$$index"} $${cert:+--cert "$$cert"}
 CUDA_VENV := .venv-cuda
+CUDA_TORCH := $(CUDA_VENV)/.torch
 CUDA_STAMP := $(CUDA_VENV)/.installed
-$(CUDA_STAMP): pyproject.toml
+# Its own step: .ci/run downloads it while the CPU suite runs.
+$(CUDA_TORCH): Makefile
 	test -x $(CUDA_VENV)/bin/python || $(PYTHON) -m venv $(CUDA_VENV)
-	$(CUDA_VENV)/bin/python -m pip install -q --isolated --index-url https://pypi.org/simple torch==2.13.0
+	$(call pip_install_from_index,$(CUDA_VENV)/bin/python) -q torch==2.13.0
 	$(CUDA_VENV)/bin/python -c "import torch; assert torch.version.cuda, torch.__version__"
+	touch $(CUDA_TORCH)
+$(CUDA_STAMP): $(CUDA_TORCH) pyproject.toml
 	$(CUDA_VENV)/bin/python -m pip install -q -e '.[dev]'
 	touch $(CUDA_STAMP)
 

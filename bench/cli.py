@@ -1,9 +1,6 @@
 """`dgemma-lsp bench ...` and `python -m dgemma_lsp.bench.cli all` (what `make bench` runs).
 
-Subcommands: latency (editor latency through a real LSP client), gpu (the
-full-size architecture on a GPU; `--scale tiny` anywhere), humaneval (pass@1
-on HumanEval-Infilling), syntax (per-keystroke syntax work, bench/syntax_bench.py),
-oracle (the true middle through the infill pipeline on real code, bench/oracle.py)
+One subcommand per benchmark (BENCHMARKS: its module and the line `bench --help` shows for it),
 and all (the CPU parts, one table). Only argument parsing and dispatch live
 here; every benchmark module is imported when chosen, so the CLI starts
 without torch. Tables and JSON go to stdout, progress to stderr.
@@ -55,6 +52,8 @@ def _model_options() -> argparse.ArgumentParser:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (f"{len(BENCHMARKS)} benchmarks, each below with what it measures, and `all`; "
+                          "`dgemma-lsp bench BENCHMARK --help` for its options (docs/benchmarks.md)")
     parser.set_defaults(json=False)
     benchmarks = parser.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     for name, (module_name, help_text) in BENCHMARKS.items():
@@ -79,7 +78,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     name = getattr(args, "benchmark", None)
     if name is None:
-        sys.stderr.write("dgemma-lsp bench: choose one of latency, gpu, humaneval, syntax, all\n")
+        sys.stderr.write(f"dgemma-lsp bench: choose one of {', '.join([*BENCHMARKS, 'all'])} (`--help` says what each measures)\n")
         return 2
     if name == "all":
         return run_all(args)

@@ -26,7 +26,7 @@ SUBCOMMANDS = {
     "rewrite": ("dgemma_lsp.server.oneshot", "rewrite", "rewrite FILE:L:C-L:C (1-based)"),
     "fetch-model": ("dgemma_lsp.server.oneshot", "fetch_model", "download the model into the HF cache"),
     "engine": ("dgemma_lsp.server.daemon_cli", None, "start|stop|status the resident engine daemon"),
-    "bench": ("dgemma_lsp.bench.cli", None, "benchmarks: latency | gpu | humaneval | syntax"),
+    "bench": ("dgemma_lsp.bench.cli", None, "benchmarks (`dgemma-lsp bench --help` lists them)"),
     "doctor": ("dgemma_lsp.server.doctor", None, "what this machine can run, what is missing, and how to fix it"),
     "stats": ("dgemma_lsp.server.stats", None, "accepted share and latency of inline completions (local only)"),
     "train": ("dgemma_lsp.engine.training.train", None, "train a small DiffusionGemma on local code"),

@@ -64,8 +64,9 @@ class SyntaxWorker:
     """One thread that runs every syntax job, in the order they were submitted."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, quiet_s: float = QUIET_S) -> None:
-        self._clock = clock
-        """What "quiet" is measured with; a test passes a clock it moves itself."""
+        self.clock = clock
+        """What "quiet" is measured with (and "typing", server/workspace.py); a test passes a clock it
+        moves itself."""
         self.quiet_s = quiet_s
         """QUIET_S; a test may ask for a quiet that never comes within the test."""
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -81,17 +82,18 @@ class SyntaxWorker:
         self._settle_lock = threading.Lock()
         self.settled = threading.Event()
         """Set while the worker can do nothing before something changes: no job queued, and
-        none running but a catch-up waiting for the client to be quiet. Every job put clears it.
+        none running but one waiting for the client to be quiet. Every job put clears it, and so does
+        the end of a wait for quiet (the worker acts again).
         Lets a test know the worker had its chance to act, without waiting a set time."""
 
     def client_spoke(self) -> None:
         """The event loop got a message from the client: background work yields until it is quiet."""
-        self._client_spoke_at = self._clock()
+        self._client_spoke_at = self.clock()
 
     @property
     def busy(self) -> bool:
         """Whether background work should stop: a job waits, or the client spoke within QUIET_S."""
-        return self._foreground > 0 or self._clock() - self._client_spoke_at < self.quiet_s
+        return self._foreground > 0 or self.clock() - self._client_spoke_at < self.quiet_s
 
     def wait_for_quiet(self, quiet_s: float | None = None) -> bool:
         """On the worker: wait (GIL released) until the client has been quiet for QUIET_S (or `quiet_s`);
@@ -100,8 +102,9 @@ class SyntaxWorker:
             with self._settle_lock:
                 if self._foreground > 0:
                     return False
-                left = (self.quiet_s if quiet_s is None else quiet_s) - (self._clock() - self._client_spoke_at)
+                left = (self.quiet_s if quiet_s is None else quiet_s) - (self.clock() - self._client_spoke_at)
                 if left <= 0:
+                    self.settled.clear()  # quiet came while it waited: the worker acts again
                     return True
                 self.settled.set()
             self._job_arrived.wait(left)

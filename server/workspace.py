@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Callable
 from urllib.parse import unquote, urlparse
 
@@ -86,7 +85,7 @@ class WorkspaceContext:
         self._shown_paths: dict[str, str] = {}
         self._real_root = ""
         self._asked_at: dict[str, float] = {}
-        """Per document, when its latest prompt was built (time.monotonic): is the user typing?"""
+        """Per document, when its latest prompt was built (the worker's clock): is the user typing?"""
         self._shown: dict[str, tuple[tuple | None, tuple[CrossFileSnippet, ...]]] = {}
         """Per document, the sources' choice its current line shows, by the choice's key (gather.py)."""
         self._to_choose: dict[str, tuple[str, str, InfillContext, int]] = {}
@@ -194,7 +193,7 @@ class WorkspaceContext:
                         budget: int) -> tuple[CrossFileSnippet, ...]:
         """The sources' choice for this prompt: the same for every keystroke of a line; while the user
         types, a new line takes the newest choice made in the background, never one made on its path."""
-        now = time.monotonic()
+        now = self.worker.clock()
         typing = now - self._asked_at.get(uri, -TYPING_S) < TYPING_S
         self._asked_at[uri] = now
         if len(self._asked_at) > 4096:

@@ -30,15 +30,27 @@ def test_the_typing_point_is_an_indented_statement():
     assert text.split("\n")[line].startswith(indent) and indent == "        "
 
 
-def test_a_series_judges_each_run_and_pools_every_keystroke():
+def test_a_series_judges_each_run_and_pools_every_keystroke(monkeypatch):
+    samples_of_runs = []  # each run's raw samples, as the series got them
+    run_once = latency._run_once
+
+    def recording_run_once(*args, **kwargs):
+        report, samples = run_once(*args, **kwargs)
+        samples_of_runs.append(samples)
+        return report, samples
+
+    monkeypatch.setattr(latency, "_run_once", recording_run_once)
     series = latency.run_series("tiny-random", runs=2, keystrokes=3, steps=2, max_tokens=32)
     assert len(series.runs) == 2 and series.pooled.keystrokes == 6
     assert series.runs_meeting_all_targets == sum(all(run.targets_met.values()) for run in series.runs)
     for run in series.runs:
         assert run.load_average is not None and run.load_average.start >= 0 and run.load_average.end >= 0
     assert series.pooled.loop_stall_ms.max == max(run.loop_stall_ms.max for run in series.runs)
-    medians = [run.server_overhead_ms.p50 for run in series.runs]
-    assert min(medians) <= series.pooled.server_overhead_ms.p50 <= max(medians)
+    # Pooled from both runs' keystrokes, each of which its own run's figures summarize.
+    assert len(samples_of_runs) == 2 and all(len(samples["final"]) == 3 for samples in samples_of_runs)
+    assert series.pooled == latency.pooled_figures(samples_of_runs, keystrokes=6)
+    for run, samples in zip(series.runs, samples_of_runs, strict=True):
+        assert run.server_overhead_ms == latency.percentiles(samples["overhead"])
     rows = dict(latency.series_rows(series))
     assert rows["runs meeting all three"].startswith(f"{series.runs_meeting_all_targets}/2")
     # The pooled figures come from the runs' keystrokes together, not from their summaries: on

@@ -4,7 +4,8 @@ The server indexes the workspace in the background; an inline completion in `rep
 carries the definition of the class it imports from `models.py` in its prompt (read back with
 `dgemma.contextSnippets`, the snippets of the document's latest prompt), `crossFile: false`
 sends the file alone, and a file changed on disk reaches the prompt after
-`workspace/didChangeWatchedFiles`.
+`workspace/didChangeWatchedFiles`. (How the snippets hold while the user types, and when the next
+choice is made: tests/server/test_workspace_choice.py, on a clock the test moves.)
 """
 
 from __future__ import annotations
@@ -105,64 +106,3 @@ async def test_the_imported_definition_reaches_the_prompt_and_crossfile_false_tu
         lsp.FileEvent(uri=(WORKSPACE / "app" / "models.py").as_uri(), type=lsp.FileChangeType.Changed)]))
     snippets = await until_snippets(client, lambda found: any("def invoice_amount" in s["text"] for s in found))
     assert any(s["path"] == "app/models.py" for s in snippets)
-
-
-LEDGER = '''from .models import Invoice
-
-
-def settle(invoice: Invoice):
-    owed = 0
-    return owed
-'''
-LEDGER_URI = (WORKSPACE / "app" / "ledger.py").as_uri()
-
-
-async def snippets_at(client: LanguageClient, uri: str, position: lsp.Position) -> list[dict]:
-    await within(client.text_document_inline_completion_async(lsp.InlineCompletionParams(
-        text_document=lsp.TextDocumentIdentifier(uri=uri), position=position,
-        context=lsp.InlineCompletionContext(trigger_kind=lsp.InlineCompletionTriggerKind.Automatic))))
-    return await within(client.workspace_execute_command_async(
-        lsp.ExecuteCommandParams(command="dgemma.contextSnippets", arguments=[uri])))
-
-
-def models_score(snippets: list[dict]) -> float:
-    return next(s["score"] for s in snippets if s["path"] == "app/models.py")
-
-
-async def test_a_new_line_typed_keeps_the_snippets_until_a_pause(client):
-    """While the user types, the snippets change only with a new line (whose prompt is encoded anew
-    anyway), and never wait for a choice: a new line takes the newest choice made in the background.
-    The choice for a line is made once the client has been quiet a moment, for the next line to take."""
-    (WORKSPACE / "app" / "ledger.py").write_text(LEDGER)
-    open_document(client, LEDGER_URI, LEDGER)
-    first_place = lsp.Position(line=4, character=len("    owed = 0"))
-
-    async def settled():
-        while True:
-            found = await snippets_at(client, LEDGER_URI, first_place)
-            if any(s["path"] == "app/models.py" for s in found):
-                await asyncio.sleep(1.5)  # a pause, then ask again: the choice of a client that is not typing
-                return await snippets_at(client, LEDGER_URI, first_place)
-            await asyncio.sleep(0.5)
-
-    def type_at(position: lsp.Position, text: str, version: int) -> None:
-        client.text_document_did_change(lsp.DidChangeTextDocumentParams(
-            text_document=lsp.VersionedTextDocumentIdentifier(uri=LEDGER_URI, version=version),
-            content_changes=[lsp.TextDocumentContentChangePartial(range=lsp.Range(start=position, end=position),
-                                                                  text=text)]))
-
-    before = await within(settled(), TIMEOUT)
-    # Enter, then a line that calls a method of the imported class: the code outside the cursor's line
-    # changed, and with it what the choice picks; the new line's request still shows the snippets
-    # it had, and so does every keystroke of that line.
-    type_at(first_place, "\n    owed = invoice.total_with_tax(0.2)\n    ", 2)
-    assert await snippets_at(client, LEDGER_URI, lsp.Position(line=6, character=4)) == before
-    type_at(lsp.Position(line=6, character=4), "owed", 3)
-    assert await snippets_at(client, LEDGER_URI, lsp.Position(line=6, character=8)) == before
-
-    await asyncio.sleep(2.0)  # a pause: the choice for this line is made in the background
-    assert await snippets_at(client, LEDGER_URI, lsp.Position(line=6, character=8)) == before  # same line
-    type_at(lsp.Position(line=6, character=8), " += 1\n    ", 4)  # and Enter: the new line takes it
-    after = await snippets_at(client, LEDGER_URI, lsp.Position(line=7, character=4))
-    # The class's score counts the call of its method on the line before.
-    assert models_score(after) > models_score(before)

@@ -6,6 +6,7 @@ any completion asks (the first choice for a Go package made them on the completi
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -58,14 +59,17 @@ def test_a_file_closed_before_the_index_is_built_is_not_warmed(tmp_path):
     documents = DocumentStore()
     context = WorkspaceContext(documents)
     try:
-        documents.worker.post(lambda: time.sleep(0.5))  # the build waits behind a busy worker
+        busy = threading.Event()
+        documents.worker.post(lambda: busy.wait(60))  # the build waits behind a busy worker
         context.open_workspace(tmp_path.as_uri())
         documents.open(serve.as_uri(), "go", 1, SERVE)
         context.opened(serve.as_uri())
         documents.close(serve.as_uri())
         context.closed(serve.as_uri())
+        busy.set()
         assert _until(lambda: context.index is not None and context.index.complete)
-        time.sleep(0.5)  # a warm-up still queued would run now
+        # The worker settles only once nothing is queued: a warm-up the build posted would have run.
+        assert documents.worker.settled.wait(60), "the syntax worker never settled"
         assert not any(str(tmp_path / "web" / name) in context.sources.file_windows for name in SIBLINGS)
     finally:
         documents.worker.close()

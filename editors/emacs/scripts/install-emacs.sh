@@ -10,7 +10,7 @@
 #             `apt-get download` under a private apt config in .tools/apt/ (the machine's mirror,
 #             suite `testing`) and unpacked with dpkg-deb -x. Never touches /etc/apt for these.
 # Idempotent: what is already there is left alone (delete .tools/emacs to refetch lsp-mode).
-# Needs: apt-get, dpkg-deb; network access to the Debian mirror.
+# Needs: apt-get, dpkg-deb; network access to the machine's Debian mirror (editors/scripts/debian-testing.sh).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -20,6 +20,8 @@ LSP_MODE_VERSION=10.0.0
 DEBS=(elpa-lsp-mode elpa-dash elpa-f elpa-ht elpa-lv elpa-markdown-mode elpa-s elpa-spinner)
 
 log() { echo "install-emacs: $*" >&2; }
+# debian_mirror, download_testing_debs
+source "$ROOT/editors/scripts/debian-testing.sh"
 
 emacs_major() { emacs --batch -Q --eval '(princ emacs-major-version)' 2>/dev/null || echo 0; }
 
@@ -41,40 +43,14 @@ install_emacs() {
   emacs --version | head -1 >&2
 }
 
-# The machine's Debian mirror (deb822 or one-line format), e.g. http://deb.debian.org/debian.
-debian_mirror() {
-  local uri=""
-  if ls /etc/apt/sources.list.d/*.sources >/dev/null 2>&1; then
-    uri="$(awk '/^URIs:/ {for (i = 2; i <= NF; i++) if ($i !~ /security|updates/) {print $i; exit}}' \
-      /etc/apt/sources.list.d/*.sources | head -1)"
-  fi
-  if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
-    uri="$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^(https?|file|ftp):/ && $i !~ /security/) {print $i; exit}}' \
-      /etc/apt/sources.list | head -1)"
-  fi
-  echo "${uri:-http://deb.debian.org/debian}"
-}
-
 install_lsp_mode() {
   if [ -f "$ELPA/lsp-mode-$LSP_MODE_VERSION/lsp-inline-completion.el" ]; then
     log "lsp-mode $LSP_MODE_VERSION already in $ELPA"
     return
   fi
-  local apt="$TOOLS/apt-emacs" mirror
-  mirror="$(debian_mirror)"
-  log "lsp-mode $LSP_MODE_VERSION and its dependencies from Debian testing ($mirror)"
-  rm -rf "$apt" && mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/parts" "$apt/prefs" "$apt/debs"
-  echo "deb [arch=amd64] $mirror testing main" > "$apt/sources.list"
-  local opts=(
-    -o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/parts"
-    -o "Dir::Etc::Preferences=$apt/prefs/none" -o "Dir::Etc::PreferencesParts=$apt/prefs"
-    -o "Dir::State=$apt" -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=/dev/null"
-    -o "Dir::Cache=$apt/cache" -o "Dir::Cache::archives=$apt/cache/archives"
-    -o "APT::Architecture=amd64" -o "APT::Architectures=amd64" -o "APT::Sandbox::User=$(id -un)"
-    -o "Acquire::Languages=none" -o "Debug::NoLocking=1"
-  )
-  apt-get "${opts[@]}" -q update >&2
-  (cd "$apt/debs" && apt-get "${opts[@]}" -q download "${DEBS[@]}" >&2)
+  local apt="$TOOLS/apt-emacs"
+  log "lsp-mode $LSP_MODE_VERSION and its dependencies from Debian testing"
+  download_testing_debs "$apt" "$apt/debs" "${DEBS[@]}"
   local unpacked="$apt/root" deb
   mkdir -p "$unpacked"
   for deb in "$apt/debs"/*.deb; do dpkg-deb -x "$deb" "$unpacked"; done

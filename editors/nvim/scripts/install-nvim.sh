@@ -6,7 +6,8 @@
 # Idempotent: a version already installed is left alone (delete .tools/nvim-0.1x to reinstall).
 # Never touches /etc/apt, the system's apt state or its libc: apt runs under a private config in
 # .tools/apt/ whose only source is the machine's Debian mirror with the suite set to `testing`.
-# Needs: python3 with pip (or .venv), apt-get, dpkg-deb; network access to PyPI and the Debian mirror.
+# Needs: python3 with pip (or .venv), apt-get, dpkg-deb; network access to the machine's package index
+# and Debian mirror (editors/scripts/debian-testing.sh).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -18,6 +19,8 @@ DEBS=(neovim neovim-runtime libc6 libgcc-s1 libluajit-5.1-2 libluajit-5.1-common
 mkdir -p "$BIN"
 
 log() { echo "install-nvim: $*" >&2; }
+# debian_mirror, download_testing_debs
+source "$ROOT/editors/scripts/debian-testing.sh"
 
 python_for_pip() {
   if [ -x "$ROOT/.venv/bin/python" ]; then echo "$ROOT/.venv/bin/python"; else echo python3; fi
@@ -39,20 +42,6 @@ install_011() {
   "$BIN/nvim-0.11" --version | head -1 >&2
 }
 
-# The machine's Debian mirror (deb822 or one-line format), e.g. http://deb.debian.org/debian.
-debian_mirror() {
-  local uri=""
-  if ls /etc/apt/sources.list.d/*.sources >/dev/null 2>&1; then
-    uri="$(awk '/^URIs:/ {for (i = 2; i <= NF; i++) if ($i !~ /security|updates/) {print $i; exit}}' \
-      /etc/apt/sources.list.d/*.sources | head -1)"
-  fi
-  if [ -z "$uri" ] && [ -f /etc/apt/sources.list ]; then
-    uri="$(awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^(https?|file|ftp):/ && $i !~ /security/) {print $i; exit}}' \
-      /etc/apt/sources.list | head -1)"
-  fi
-  echo "${uri:-http://deb.debian.org/debian}"
-}
-
 install_012() {
   local dest="$TOOLS/nvim-0.12"
   local wrapper="$BIN/nvim-0.12"
@@ -61,23 +50,8 @@ install_012() {
     return
   fi
   local apt="$TOOLS/apt"
-  local mirror
-  mirror="$(debian_mirror)"
-  log "Neovim 0.12 from Debian testing ($mirror)"
-  rm -rf "$apt" && mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" "$apt/parts" "$apt/prefs" "$apt/debs"
-  echo "deb [arch=amd64] $mirror testing main" > "$apt/sources.list"
-  # Every path apt reads or writes points into .tools/apt; the sandbox user is root's own so the
-  # private dirs need no chown when run as root in CI.
-  local opts=(
-    -o "Dir::Etc::SourceList=$apt/sources.list" -o "Dir::Etc::SourceParts=$apt/parts"
-    -o "Dir::Etc::Preferences=$apt/prefs/none" -o "Dir::Etc::PreferencesParts=$apt/prefs"
-    -o "Dir::State=$apt" -o "Dir::State::Lists=$apt/lists" -o "Dir::State::status=/dev/null"
-    -o "Dir::Cache=$apt/cache" -o "Dir::Cache::archives=$apt/cache/archives"
-    -o "APT::Architecture=amd64" -o "APT::Architectures=amd64" -o "APT::Sandbox::User=$(id -un)"
-    -o "Acquire::Languages=none" -o "Debug::NoLocking=1"
-  )
-  apt-get "${opts[@]}" -q update >&2
-  (cd "$apt/debs" && apt-get "${opts[@]}" -q download "${DEBS[@]}" >&2)
+  log "Neovim 0.12 from Debian testing"
+  download_testing_debs "$apt" "$apt/debs" "${DEBS[@]}"
   rm -rf "$dest.tmp" && mkdir -p "$dest.tmp"
   local deb
   for deb in "$apt/debs"/*.deb; do dpkg-deb -x "$deb" "$dest.tmp"; done

@@ -45,6 +45,12 @@ class JsonRpcClient:
         """Call `handler(params)` for every notification `method` the server sends."""
         self._handlers[method] = handler
 
+    @property
+    def pid(self) -> int:
+        """The server's process id."""
+        assert self._process is not None, "the server is not started"
+        return self._process.pid
+
     async def start(self, *command: str, stderr=asyncio.subprocess.DEVNULL) -> None:
         self._process = await asyncio.create_subprocess_exec(
             *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr

@@ -46,8 +46,10 @@ custom notifications; imports no torch.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -57,11 +59,14 @@ from typing import Any
 
 import msgspec
 
+from .cpu_anatomy import Anatomy, CpuWatch, verdict
 from .jsonrpc import JsonRpcClient
 from .loop_floor import LoopFloor
 from .report import say
 
 KEYSTROKES = 200
+SLOWEST = 5
+"""Keystrokes --anatomy reports."""
 TARGET_OVERHEAD_P99_MS = 4.0
 TARGET_CACHE_HIT_P99_MS = 1.5
 TARGET_LOOP_STALL_P99_MS = 2.0
@@ -141,6 +146,21 @@ class LatencyReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     index_wall_s: float | None = None
     """With --workspace: seconds (wall) from `initialized` until the index was complete (the model loads
     in the same time)."""
+    slowest: list[SlowKeystroke] | None = None
+    """With --anatomy: the keystrokes of the largest server overhead, and who had the cores meanwhile."""
+
+
+class SlowKeystroke(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """One keystroke of a large server overhead, with the cores' use in its window (bench/cpu_anatomy.py)."""
+
+    index: int
+    """Its place among the measured keystrokes."""
+    overhead_ms: float
+    final_ms: float
+    engine_ms: float
+    loop_stall_ms: float | None
+    anatomy: Anatomy
+    verdict: str
 
 
 class PooledFigures(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -240,6 +260,7 @@ async def measure(
     loop_floor: bool = False,
     loop_probe: bool = False,
     workspace: Path | None = None,
+    anatomy: bool = False,
     progress=None,
 ) -> dict[str, list[float] | int]:
     """Drive one server through the session; returns the raw samples.
@@ -303,6 +324,8 @@ async def measure(
                          f"{samples['index_wall_s']} s after initialized (wall, while the model loaded too)")
         if floor is not None:
             await floor.start()
+        watch = CpuWatch(client.pid, _daemon_pid(command)) if anatomy else None
+        samples["anatomy"] = []
         lines = text.split("\n")
         row, column, version = line, len(lines[line]), 1
         script = _keystroke_script(indent, warmup + keystrokes)
@@ -319,6 +342,7 @@ async def measure(
             version += 1
             at = {"line": row, "character": column}
             recorder.open()
+            before = watch.read() if watch is not None else None
             started = time.perf_counter()
             client.notify("textDocument/didChange", {
                 "textDocument": {"uri": uri, "version": version},
@@ -330,6 +354,7 @@ async def measure(
                 column += len(typed)  # ASCII only: UTF-16 units == characters
             await complete()
             final = time.perf_counter()
+            window = watch.anatomy(before, watch.read(), final - started) if watch is not None else None
             await recorder.close()
             first_draft, engine_ms = recorder.first_draft, recorder.engine_ms
 
@@ -359,6 +384,8 @@ async def measure(
             if engine_ms is not None:
                 samples["engine"].append(engine_ms)
                 samples["overhead"].append(max(0.0, final_ms - engine_ms))
+                if window is not None:
+                    samples["anatomy"].append((index - warmup, final_ms, engine_ms, stats.get("loopStallMs"), window))
             if hit:
                 samples["cache_hits"] += 1
                 samples["cache_hit"].append(hit_ms)
@@ -389,6 +416,24 @@ def server_command(model: str, device: str | None, dtype: str | None, log_file: 
     if dtype:
         command += ["--dtype", dtype]
     return command
+
+
+def _daemon_pid(command: list[str]) -> int | None:
+    """The engine daemon serving the server's model (None for an engine in the server's process)."""
+    if "inprocess" in command:
+        return None
+    model = command[command.index("--model") + 1]
+    done = subprocess.run([sys.executable, "-m", "dgemma_lsp.server.cli", "engine", "status", "--json",
+                           "--model", model], capture_output=True, text=True, timeout=60)
+    running = [d for d in json.loads(done.stdout or "[]") if d.get("running") and d.get("pid")]
+    return int(running[0]["pid"]) if running else None
+
+
+def _slowest(found: list, count: int = SLOWEST) -> list[SlowKeystroke]:
+    ranked = sorted(found, key=lambda item: item[1] - item[2], reverse=True)[:count]
+    return [SlowKeystroke(index=index, overhead_ms=round(final - engine, 3), final_ms=round(final, 3),
+                          engine_ms=round(engine, 3), loop_stall_ms=stall, anatomy=window, verdict=verdict(window))
+            for index, final, engine, stall, window in ranked]
 
 
 def run_benchmark(model: str = "tiny", **options) -> LatencyReport:
@@ -445,6 +490,7 @@ def _run_once(
     loop_probe: bool = False,
     workspace: Path | None = None,
     cross_file: bool = True,
+    anatomy: bool = False,
     progress=None,
 ) -> tuple[LatencyReport, dict[str, Any]]:
     """One typing session: its report, and the raw samples (`measure`) a series pools."""
@@ -473,7 +519,8 @@ def _run_once(
     try:
         samples = asyncio.run(measure(server_command(model, device, dtype, log_file), file,
                                       keystrokes=keystrokes, settings=settings, loop_floor=loop_floor,
-                                      loop_probe=loop_probe, workspace=workspace, progress=progress))
+                                      loop_probe=loop_probe, workspace=workspace, anatomy=anatomy,
+                                      progress=progress))
     except Exception:
         tail = Path(log_file).read_text(errors="replace")[-2000:]
         if tail and progress:
@@ -516,6 +563,7 @@ def _run_once(
         workspace=str(workspace) if workspace is not None else None,
         index_files=samples.get("index_files"),
         index_wall_s=samples.get("index_wall_s"),
+        slowest=_slowest(samples["anatomy"]) if anatomy else None,
     )
     return report, samples
 
@@ -563,7 +611,16 @@ def table_rows(report: LatencyReport) -> list[tuple[str, str, str]]:
         *([] if report.workspace is None else [
             (name, "workspace", f"{report.workspace}: {report.index_files} files indexed, complete "
                                 f"{report.index_wall_s} s after initialized (wall)")]),
+        *[(name, f"slow #{k.index}", _slow_cell(k)) for k in report.slowest or ()],
     ]
+
+
+def _slow_cell(k: SlowKeystroke) -> str:
+    a = k.anatomy
+    return (f"overhead {k.overhead_ms:.1f} ms (final {k.final_ms:.1f}, stall {k.loop_stall_ms}): loop on a core "
+            f"{a.loop_cpu_ms}, waiting {a.loop_wait_ms}; server's other threads {a.server_other_cpu_ms}, daemon "
+            f"{a.daemon_cpu_ms}, bench {a.client_cpu_ms}, everything else {a.others_cpu_ms}, steal {a.steal_ms} "
+            f"-> {k.verdict}")
 
 
 def _run_summary(report: LatencyReport) -> str:
@@ -620,8 +677,12 @@ def add_arguments(parser) -> None:
                         help="the server's crossFile setting off: the same session without snippets from other "
                              "files (with --workspace: the baseline of the cross-file context's cost)")
     parser.add_argument("--loop-probe", action="store_true",
-                        help="the server's loop monitor also probes its loop every millisecond (the "
-                             "monitor before 2026-11-24 evening); it slows the server it measures")
+                        help="the server's loop monitor also probes its loop every millisecond (as it once "
+                             "did); it slows the server it measures")
+    parser.add_argument("--anatomy", action="store_true",
+                        help=f"for the {SLOWEST} keystrokes of the largest server overhead: who had the cores "
+                             "meanwhile (the server's loop and other threads, the daemon, this process, everything "
+                             "else; Linux's scheduler statistics, read from outside)")
 
 
 def _options(args) -> dict[str, Any]:
@@ -629,7 +690,8 @@ def _options(args) -> dict[str, Any]:
                 max_tokens=args.max_tokens, device=args.device, dtype=args.dtype,
                 layout=getattr(args, "layout", None), loop_floor=getattr(args, "loop_floor", False),
                 loop_probe=getattr(args, "loop_probe", False), workspace=getattr(args, "workspace", None),
-                cross_file=getattr(args, "cross_file", True), progress=say)
+                cross_file=getattr(args, "cross_file", True), anatomy=getattr(args, "anatomy", False),
+                progress=say)
 
 
 def run_from_args(args) -> LatencyReport:

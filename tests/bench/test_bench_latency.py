@@ -85,3 +85,13 @@ def test_a_workspace_is_indexed_before_typing_starts(tmp_path):
     assert report.index_wall_s is not None and report.final_ms.p50 is not None
     with pytest.raises(ValueError, match="not inside --workspace"):
         latency.run_benchmark("tiny-random", file=latency.default_file(), workspace=tmp_path, keystrokes=1)
+
+
+def test_the_anatomy_names_the_slowest_keystrokes_and_who_had_the_cores():
+    report = latency.run_benchmark("tiny-random", keystrokes=4, steps=2, max_tokens=32, anatomy=True)
+    assert 1 <= len(report.slowest) <= latency.SLOWEST
+    overheads = [k.overhead_ms for k in report.slowest]
+    assert overheads == sorted(overheads, reverse=True)
+    for keystroke in report.slowest:
+        assert keystroke.anatomy.daemon_cpu_ms > 0  # the model ran in the daemon during the window
+        assert keystroke.verdict.split(":")[0] in ("server", "machine", "ours")

@@ -32,7 +32,6 @@ from dgemma_lsp.engine.model.architecture import AUTOREGRESSIVE_CONFIG, DIFFUSIO
 
 from .report import say, write_report
 
-
 VLLM_MS_PER_CANVAS = 145.7
 """vLLM, one H100, batch 1, FP8, 4,096 input tokens, 16 fixed steps, no early stop."""
 HBM_BYTES_PER_S = 3.0e12

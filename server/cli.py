@@ -103,6 +103,10 @@ def configure_logging(level: str, log_file: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C: what was stopped needs no traceback, but a word (a bare 130 looks like a crash).
+        sys.stderr.write("dgemma-lsp: interrupted\n")
+        return 130
     except BrokenPipeError:
         # The reader closed the pipe (`dgemma-lsp complete ... | head -c1`): end quietly, as a
         # command killed by SIGPIPE would; stdout goes to devnull so the exit flush cannot fail.

@@ -9,9 +9,10 @@ event loop (no thread), handed to pygls' own public message loop (`run_async`), 
 framing, decoding and dispatch stay pygls'.
 
 The native reader needs stdin to be a pipe or a socket that is not also stdout:
-connecting a transport makes the file non-blocking, and a terminal or pty shared
-with stdout would then fail writes with EAGAIN. Anything else (a terminal, a regular
-file, Windows' console) falls back to pygls' threaded reader. Knows pygls' I/O
+connecting a transport makes the file non-blocking, and a socket or pty shared with
+stdout would then fail writes with EAGAIN. A terminal is read natively through a file
+description of its own (so Ctrl-C finds no thread blocked in a read). Anything else (a
+regular file, Windows' console) falls back to pygls' threaded reader. Knows pygls' I/O
 surface; nothing of LSP features.
 """
 
@@ -27,6 +28,7 @@ import threading
 from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
 
 from .loop_monitor import TimedEventLoop
+from .pygls_protocol import MessageLoopLog
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,7 @@ async def _native_reader(stdin) -> asyncio.StreamReader | None:
     return reader
 
 
-async def _reader(stdin, stdout, server):
+async def stdin_reader(stdin, stdout, server):
     """stdin on the event loop where possible; else pygls' threaded reader."""
     reader = None
     if native_stdin_possible(stdin.fileno(), stdout.fileno()):
@@ -94,11 +96,11 @@ def serve_stdio(server, stdin=None, stdout=None) -> None:
     server.protocol.set_writer(StdoutWriter(stdout))
 
     async def main() -> None:
-        reader = await _reader(stdin, stdout, server)
+        reader = await stdin_reader(stdin, stdout, server)
         log.info(SERVING)
         try:
-            await run_async(stop_event=stop, reader=reader, protocol=server.protocol, logger=log,
-                            error_handler=server.report_server_error)
+            await run_async(stop_event=stop, reader=reader, protocol=server.protocol,
+                            logger=MessageLoopLog(log, {}), error_handler=server.report_server_error)
         except asyncio.IncompleteReadError:  # stdin closed in the middle of a message: the client is gone
             log.error("stdin closed in the middle of a message; shutting down")
 

@@ -158,8 +158,26 @@ def send_raw(client: LanguageClient, method: str, params: Any) -> asyncio.Future
     msg_id = f"raw-{uuid.uuid4().hex[:8]}"
     future: concurrent.futures.Future = concurrent.futures.Future()
     client.protocol._request_futures[msg_id] = future
-    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode()
+    send_body(client, json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode())
+    return asyncio.wrap_future(future)
+
+
+def send_body(client: LanguageClient, body: bytes) -> None:
+    """Send one message body exactly as given, framed (a body that is not JSON too)."""
     written = client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
     if inspect.isawaitable(written):
         asyncio.ensure_future(written)
-    return asyncio.wrap_future(future)
+
+
+def record_wire(client: LanguageClient) -> list[Any]:
+    """From now on, every message the client receives, in order, as pygls decoded it (answers
+    pygls' client has no request for included: an error answer with id null, say)."""
+    received: list[Any] = []
+    handle = client.protocol.handle_message
+
+    def noting(message: Any) -> None:
+        received.append(message)
+        handle(message)
+
+    client.protocol.handle_message = noting  # type: ignore[method-assign]
+    return received

@@ -23,9 +23,10 @@ demo: $(STAMP)  ## infill at a cursor in examples/ through `dgemma-lsp --stdio` 
 test: $(STAMP) tools  ## the whole test suite (engine, server over stdio, real Neovim 0.11 + 0.12, Emacs lsp-mode)
 	$(PY) -m pytest -q
 
-tools: $(STAMP)  ## editors the tests drive (Neovim 0.11 + 0.12, Emacs + lsp-mode 10), into .tools/
+tools: $(STAMP)  ## editors the tests drive (Neovim 0.11 + 0.12, Emacs + lsp-mode 10) into .tools/, and tmux (Ctrl-C tests)
 	bash editors/nvim/scripts/install-nvim.sh
 	bash editors/emacs/scripts/install-emacs.sh
+	command -v tmux >/dev/null || { apt-get update -qq && apt-get install -y -qq tmux; }
 
 e2e: $(STAMP)  ## real VS Code (code-server in headless Chromium) against the server
 	bash editors/vscode/scripts/e2e.sh

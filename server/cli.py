@@ -21,6 +21,8 @@ import sys
 
 from dgemma_lsp.engine.model.folders import DEFAULT_MODEL_ID
 
+from . import package_version
+
 SUBCOMMANDS = {
     "complete": ("dgemma_lsp.server.oneshot", "complete", "infill at FILE:LINE:COL (1-based)"),
     "rewrite": ("dgemma_lsp.server.oneshot", "rewrite", "rewrite FILE:L:C-L:C (1-based)"),
@@ -73,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dgemma-lsp", description="Language server for live code infill from DiffusionGemma."
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
     # Serving options live on the top-level parser: `dgemma-lsp --stdio` is what editors run.
     from . import serve
 
@@ -103,6 +105,10 @@ def configure_logging(level: str, log_file: str | None) -> None:
 def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C: what was stopped needs no traceback, but a word (a bare 130 looks like a crash).
+        sys.stderr.write("dgemma-lsp: interrupted\n")
+        return 130
     except BrokenPipeError:
         # The reader closed the pipe (`dgemma-lsp complete ... | head -c1`): end quietly, as a
         # command killed by SIGPIPE would; stdout goes to devnull so the exit flush cannot fail.
@@ -127,15 +133,6 @@ def _main(argv: list[str] | None) -> int:
     status = run(args)
     sys.stdout.flush()  # a command's answer: a reader that left early is noticed here, not at exit
     return status
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("dgemma-lsp")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 if __name__ == "__main__":

@@ -16,16 +16,14 @@ translates. Same shapes as Copilot's so its Neovim and Emacs clients can render 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcInvalidParams
 
 from .line_endings import line_ending, with_line_ending
+from .lsp_server import DGemmaServer
 from .scheduler import Superseded
-
-if TYPE_CHECKING:
-    from .lsp_server import DGemmaServer
 
 INLINE_EDIT = "textDocument/copilotInlineEdit"
 DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
@@ -74,61 +72,65 @@ def offer_id(params: Any) -> str | None:
 
 
 def register(server: DGemmaServer) -> None:
-    """Add the handlers above to `server` (called by lsp_server.build_server). `ls` is left untyped:
-    pygls evaluates handlers' annotations at run time, where DGemmaServer is not importable here."""
+    server.protocol.experimental.update(CAPABILITY)
+    server.feature(INLINE_EDIT)(inline_edit)
+    server.feature(DID_SHOW_INLINE_EDIT)(did_show_inline_edit)
+    server.feature(DID_REJECT_INLINE_EDIT)(did_reject_inline_edit)
+    server.feature(DID_HIDE_COMPLETION)(did_hide_completion)
+    server.command(ACCEPT_COMMAND)(accept_inline_edit)
 
-    @server.feature(INLINE_EDIT)
-    async def inline_edit(ls, params: Any):
-        uri, version, position = request_params(params)
-        document = ls.document(uri)
-        nothing: dict[str, list] = {"edits": []}
-        if not ls.settings.next_edit or (version is not None and version != document.version):
-            return nothing  # off, or a stale request: an edit for it would land on the wrong text
-        cursor = ls.offset(document, position)
-        if ls.next_edits.completion_blocks(uri, document.version):
-            return nothing
-        lines, asked_version = document.lines, document.version
-        ending = line_ending(lines.text)  # the document's own, never a lone "\r" (server/line_endings.py)
-        on_draft = None
-        if ls.settings.drafts:
-            request_id = ls.protocol.msg_id
 
-            def on_draft(step: int, edit) -> None:
-                body = None if edit is None else {"range": ls.converter.unstructure(
-                    ls.to_range(lines, edit.start, edit.end)), "text": with_line_ending(edit.text, ending)}
-                ls.protocol.notify(DRAFT_NOTIFICATION, {"uri": uri, "version": asked_version,
-                                                        "requestId": request_id, "step": step, "edit": body})
+async def inline_edit(ls: DGemmaServer, params: Any):
+    uri, version, position = request_params(params)
+    document = ls.document(uri)
+    nothing: dict[str, list] = {"edits": []}
+    if not ls.settings.next_edit or (version is not None and version != document.version):
+        return nothing  # off, or a stale request: an edit for it would land on the wrong text
+    cursor = ls.offset(document, position)
+    if ls.next_edits.completion_blocks(uri, document.version):
+        return nothing
+    lines, asked_version = document.lines, document.version
+    ending = line_ending(lines.text)  # the document's own, never a lone "\r" (server/line_endings.py)
+    on_draft = None
+    if ls.settings.drafts:
+        request_id = ls.protocol.msg_id
 
-        offer = await ls.next_edits.propose(document, cursor, ls.request_settings, on_draft)
-        if offer is None or isinstance(offer, Superseded) or document.version != asked_version:
-            return nothing
-        command = lsp.Command(title="Accept next edit", command=ACCEPT_COMMAND, arguments=[offer.id])
-        return {"edits": [{
-            "text": with_line_ending(offer.edit.text, ending),
-            "textDocument": {"uri": uri, "version": asked_version},
-            "range": ls.converter.unstructure(ls.to_range(lines, offer.edit.start, offer.edit.end)),
-            "command": ls.converter.unstructure(command),
-        }]}
+        def on_draft(step: int, edit) -> None:
+            body = None if edit is None else {"range": ls.converter.unstructure(
+                ls.to_range(lines, edit.start, edit.end)), "text": with_line_ending(edit.text, ending)}
+            ls.protocol.notify(DRAFT_NOTIFICATION, {"uri": uri, "version": asked_version,
+                                                    "requestId": request_id, "step": step, "edit": body})
 
-    @server.feature(DID_SHOW_INLINE_EDIT)
-    def did_show_inline_edit(ls, params: Any) -> None:
-        if (found := offer_id(params)) is not None:
-            ls.next_edits.shown(found)
+    offer = await ls.next_edits.propose(document, cursor, ls.request_settings, on_draft)
+    if offer is None or isinstance(offer, Superseded) or document.version != asked_version:
+        return nothing
+    command = lsp.Command(title="Accept next edit", command=ACCEPT_COMMAND, arguments=[offer.id])
+    return {"edits": [{
+        "text": with_line_ending(offer.edit.text, ending),
+        "textDocument": {"uri": uri, "version": asked_version},
+        "range": ls.converter.unstructure(ls.to_range(lines, offer.edit.start, offer.edit.end)),
+        "command": ls.converter.unstructure(command),
+    }]}
 
-    @server.feature(DID_REJECT_INLINE_EDIT)
-    def did_reject_inline_edit(ls, params: Any) -> None:
-        if (found := offer_id(params)) is not None:
-            ls.next_edits.rejected(found)
 
-    @server.feature(DID_HIDE_COMPLETION)
-    def did_hide_completion(ls, params: Any) -> None:
-        document = _get(params, "textDocument")
-        uri, version = _get(document, "uri"), _get(document, "version")
-        if isinstance(uri, str) and isinstance(version, int):
-            ls.next_edits.completion_hidden(uri, version)
+def did_show_inline_edit(ls: DGemmaServer, params: Any) -> None:
+    if (found := offer_id(params)) is not None:
+        ls.next_edits.shown(found)
 
-    @server.command(ACCEPT_COMMAND)
-    def accept_inline_edit(ls, *args: Any):
-        if len(args) != 1 or not isinstance(args[0], str):
-            raise JsonRpcInvalidParams(f"{ACCEPT_COMMAND} takes the edit's id")
-        return {"accepted": ls.next_edits.accepted(args[0])}
+
+def did_reject_inline_edit(ls: DGemmaServer, params: Any) -> None:
+    if (found := offer_id(params)) is not None:
+        ls.next_edits.rejected(found)
+
+
+def did_hide_completion(ls: DGemmaServer, params: Any) -> None:
+    document = _get(params, "textDocument")
+    uri, version = _get(document, "uri"), _get(document, "version")
+    if isinstance(uri, str) and isinstance(version, int):
+        ls.next_edits.completion_hidden(uri, version)
+
+
+def accept_inline_edit(ls: DGemmaServer, *args: Any):
+    if len(args) != 1 or not isinstance(args[0], str):
+        raise JsonRpcInvalidParams(f"{ACCEPT_COMMAND} takes the edit's id")
+    return {"accepted": ls.next_edits.accepted(args[0])}

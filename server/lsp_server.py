@@ -1,195 +1,62 @@
-"""The language server: pygls `LanguageServer` subclass, its state, and thin async handlers.
+"""The language server's state: the pygls `LanguageServer` subclass and what its handlers share.
 
-Implements initialize (position-encoding negotiation, settings), document sync
-(incremental), textDocument/inlineCompletion, textDocument/codeAction +
-codeAction/resolve ("Rewrite selection"), workspace/executeCommand
-(`dgemma.rewriteSelection`, `dgemma.status`, `dgemma.reloadModel`), workspace/didChangeConfiguration,
-and the custom messages documented in docs/protocol.md (`dgemma/draft`,
-`dgemma/status`, `dgemma/didShowCompletion`, `dgemma/didPartiallyAcceptCompletion`, and the
-server->client request `dgemma/definitions` to clients that advertise it: editor_definitions.py).
-
-Each handler translates LSP values to str offsets and plain values, delegates
-(to documents.py, completions.py), and translates back. Bad input is answered
-with a JSON-RPC error and the server keeps serving. lsprotocol types stop here.
+One session's documents, settings, scheduler, caches and engine client, the LSP <-> str-offset
+translation every handler needs, the engine's status and load progress sent to the client, and
+the answers built from results (inline items, the rewrite's edit). The handlers themselves are
+the `*_lsp.py` modules, one per feature, each with a `register(server)`; `serve.build_server`
+puts them together. Bad input is a JSON-RPC error (`JsonRpcInvalidParams`), and the server keeps
+serving. lsprotocol types stop in server/; pygls' internals stay in pygls_protocol.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-import cattrs
 from lsprotocol import types as lsp
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol, default_converter
-from pygls.protocol.language_server import lsp_method
 
 from dgemma_lsp.engine import errors
 from dgemma_lsp.engine.api import EngineStatus
 from dgemma_lsp.engine.client import EngineClient
-from dgemma_lsp.engine.syntax.document import SyntaxDocument
-from dgemma_lsp.engine.syntax.languages import normalize_language
 
-from . import inline_edit_lsp
-from .completions import PRIORITY_TYPING, PRIORITY_WAITING, Completer, Selected, Suggestion
+from .completions import Completer, Suggestion
 from .documents import DocumentStore, OpenDocument, UnknownDocumentError
-from .editor_definitions import EditorDefinitions, client_supports
+from .editor_definitions import EditorDefinitions
 from .inline_edits import NextEditor
 from .line_endings import line_ending, with_line_ending
 from .loop_monitor import LoopMonitor
 from .positions import LineIndex, PositionError
+from .pygls_protocol import DGemmaProtocol
 from .scheduler import CompletionCache, LatestWins, Superseded
-from .settings import SECTION, ServerSettings, decode_settings
+from .settings import ServerSettings, decode_settings
 from .stats import StatsRecorder
 from .workspace import WorkspaceContext
 
 log = logging.getLogger(__name__)
 
-REWRITE_COMMAND = "dgemma.rewriteSelection"
-STATUS_COMMAND = "dgemma.status"
-RELOAD_COMMAND = "dgemma.reloadModel"
-CONTEXT_COMMAND = "dgemma.contextSnippets"
-"""The cross-file snippets of a document's latest prompt: [{path, startLine, endLine, source, score,
-tokens}] (docs/context.md)."""
-STATS_COMMAND = "dgemma.serverStats"
-"""For benchmarks: the longest event-loop stall, the longest busy pass of the loop and the prompt
-tokens encoded per request since the previous call (the first call starts the loop monitor; with
-`{"probe": true}` it also probes the loop every millisecond, see server/loop_monitor.py)."""
 WATCHED_EXTENSIONS = ("py", "pyi", "js", "mjs", "cjs", "jsx", "ts", "mts", "cts", "tsx", "go", "rs", "c", "h",
                       "cc", "cpp", "cxx", "hpp", "hh", "java", "lua")
 """Files whose changes on disk the index wants to hear of (engine/syntax/languages.py's extensions)."""
-DRAFT_NOTIFICATION = "dgemma/draft"
 STATUS_NOTIFICATION = "dgemma/status"
-DID_SHOW = "dgemma/didShowCompletion"
-DID_PARTIALLY_ACCEPT = "dgemma/didPartiallyAcceptCompletion"
 REQUEST_FAILED = int(lsp.LSPErrorCodes.RequestFailed)
 CONTENT_MODIFIED = int(lsp.LSPErrorCodes.ContentModified)
 
 
-class _Answered:
-    """A request whose params failed to decode and that was already answered with an error."""
-
-
-_ANSWERED = _Answered()
-
-
-class DGemmaProtocol(LanguageServerProtocol):
-    """pygls' protocol, plus: malformed params get a JSON-RPC error instead of silence.
-
-    pygls 2.1.1 logs a request whose params do not decode and never answers it,
-    which leaves the editor waiting forever. Answering needs `_send_response`, which
-    has no public twin: pyproject.toml pins pygls to 2.1.x for it (tests/server
-    send malformed params and see the answer, so an upgrade that breaks it fails there).
-    `_handle_notification` and `_request_futures` are private too (the notification futures
-    pygls 2.1 keeps; tests/server/test_closed_documents.py fails if that changes).
-    Every message also tells the syntax worker the client spoke (`SyntaxWorker.client_spoke`).
-    """
-
-    def structure_message(self, data: dict[str, Any]):
-        try:
-            return super().structure_message(data)
-        except JsonRpcException as error:
-            if not (isinstance(data, dict) and "method" in data):
-                raise
-            detail = _decode_problem(error.__cause__) or str(error)
-            method = data.get("method")
-            if "id" in data:
-                self._send_response(
-                    data["id"],
-                    error=lsp.ResponseError(
-                        code=JsonRpcInvalidParams.CODE, message=f"invalid params for {method}: {detail}"
-                    ),
-                )
-            else:
-                log.warning("ignoring %s with invalid params: %s", method, detail)
-            return _ANSWERED
-
-    @lsp_method(lsp.INITIALIZE)
-    def lsp_initialize(self, params: lsp.InitializeParams):
-        result = yield from super().lsp_initialize(params)
-        # Next-edit suggestions are no LSP feature: announced where experimental ones go.
-        result.capabilities.experimental = {**(result.capabilities.experimental or {}), **inline_edit_lsp.CAPABILITY}
-        return result
-
-    def _handle_notification(self, method_name: str, params: Any):
-        """pygls 2.1 files the future of a notification run through a generator handler (didOpen,
-        didChange, didClose: every one) in `_request_futures` under a made-up id, and only a
-        response ever removes an entry there: five futures per document edited, kept for the
-        session (the soak's RSS growth, issue 32). Whatever a notification filed goes once done,
-        at the next notification: a done callback only notes the key, because pygls iterates that
-        table when it cancels everything at `exit` (a pop from there broke the exit handshake)."""
-        futures = self._request_futures
-        finished = self._drop_finished_notifications()
-        filed = len(futures)
-        super()._handle_notification(method_name, params)
-        if len(futures) == filed:
-            return  # nothing filed (a plain handler): the keystroke path stays a length check
-        for key in list(futures)[filed:]:  # dicts keep insertion order: what this call filed
-            futures[key].add_done_callback(lambda _future, key=key: finished.append(key))
-
-    def _drop_finished_notifications(self) -> list:
-        """Remove the finished notifications' futures noted so far; the list that notes them."""
-        finished = self.__dict__.setdefault("_finished_notifications", [])
-        while finished:
-            self._request_futures.pop(finished.pop(), None)
-        return finished
-
-    @property
-    def running_handlers(self) -> int:
-        """Entries in pygls' table of running handlers (for `dgemma.serverStats`' `retained`)."""
-        self._drop_finished_notifications()
-        return len(self._request_futures)
-
-    def handle_message(self, message):
-        self._server.documents.worker.client_spoke()  # background syntax work yields to this message
-        if message is _ANSWERED:
-            return
-        super().handle_message(message)
-
-    # Open documents live in DocumentStore, each with its syntax tree. pygls' built-in
-    # sync would keep a second copy in its Workspace, applying every keystroke twice, and
-    # raises KeyError (shown to the user as "Error in server") on a change or close for a
-    # document it does not hold. These overrides only hand the notification to our handlers.
-
-    @lsp_method(lsp.TEXT_DOCUMENT_DID_OPEN)
-    def lsp_text_document__did_open(self, params: lsp.DidOpenTextDocumentParams):
-        yield from self._user_handler(lsp.TEXT_DOCUMENT_DID_OPEN, params)
-
-    @lsp_method(lsp.TEXT_DOCUMENT_DID_CHANGE)
-    def lsp_text_document__did_change(self, params: lsp.DidChangeTextDocumentParams):
-        yield from self._user_handler(lsp.TEXT_DOCUMENT_DID_CHANGE, params)
-
-    @lsp_method(lsp.TEXT_DOCUMENT_DID_CLOSE)
-    def lsp_text_document__did_close(self, params: lsp.DidCloseTextDocumentParams):
-        yield from self._user_handler(lsp.TEXT_DOCUMENT_DID_CLOSE, params)
-
-    def _user_handler(self, method: str, params):
-        if (handler := self.fm.features.get(method)) is not None:
-            yield handler, (params,), None
-
-
-def _decode_problem(cause: BaseException | None) -> str:
-    if isinstance(cause, cattrs.ClassValidationError):
-        return "; ".join(cattrs.transform_error(cause, path="params")).replace("$.", "")
-    return str(cause) if cause else ""
-
-
 class DGemmaServer(LanguageServer):
-    """Holds the session state; handlers are registered by `build_server`."""
+    """Holds the session state; the handlers (`*_lsp.py`) are registered by `serve.build_server`."""
+
+    protocol: DGemmaProtocol
 
     def __init__(self, engine: EngineClient, version: str = "0") -> None:
-        # Our own handle on the converter pygls uses (its `protocol._converter` is private).
-        self.converter = default_converter()
-        super().__init__("dgemma-lsp", version, protocol_cls=DGemmaProtocol,
-                         converter_factory=lambda: self.converter)
+        super().__init__("dgemma-lsp", version, protocol_cls=DGemmaProtocol)
         self.engine = engine
         self.documents = DocumentStore()
+        self.protocol.on_message = self.documents.worker.client_spoke  # background syntax work yields to it
         self.settings = ServerSettings()
         self.scheduler = LatestWins()
         self.cache = CompletionCache(self.settings.cache_size)
@@ -213,6 +80,16 @@ class DGemmaServer(LanguageServer):
         self.shutdown_requested = False
         """Set by `shutdown`: the process exits 0 on `exit` only after it (LSP's rule)."""
         self.loop_monitor = LoopMonitor()
+
+    @property
+    def converter(self):
+        """The cattrs converter pygls (un)structures messages with."""
+        return self.protocol.converter
+
+    def report_server_error(self, error: Exception, source) -> None:
+        # A body that is not JSON is the client's error: answered, never shown to the user.
+        if not self.protocol.answered_parse_error(error):
+            super().report_server_error(error, source)
 
     # -- translation helpers -------------------------------------------------------
 
@@ -271,6 +148,12 @@ class DGemmaServer(LanguageServer):
                 self.show_settings_problems(problems)
             else:
                 self._pending_problems.extend(problems)
+
+    def show_pending_problems(self) -> None:
+        """The settings problems found at initialize, shown now (after `initialized`)."""
+        if self._pending_problems:
+            problems, self._pending_problems = self._pending_problems, []
+            self.show_settings_problems(problems)
 
     def show_settings_problems(self, problems: list[str]) -> None:
         names = ", ".join(f"'{name}'" for name in problems)
@@ -334,6 +217,21 @@ class DGemmaServer(LanguageServer):
             payload, self._held_status = self._held_status, None
             if self.settings.wants_status:  # the client may have opted out meanwhile
                 self.protocol.notify(STATUS_NOTIFICATION, payload)
+
+    async def reload_engine(self) -> EngineStatus:
+        """Load the model again: after a failed load (the user fixed the folder) or to pick up new files."""
+        self._load_error_shown = False  # a new failure is shown again
+        return await self.engine.reload()
+
+    def close(self) -> None:
+        """What `shutdown` stops. Synchronous: `exit` may follow at once and must find it done."""
+        self.shutdown_requested = True
+        self.scheduler.cancel_all()
+        self.loop_monitor.stop()
+        self.documents.worker.close()
+        self.stats.close()
+        self.next_edits.scheduler.cancel_all()
+        self._closing = asyncio.ensure_future(self.engine.close())
 
     async def start_engine(self) -> None:
         self.engine.on_status(self.on_engine_status)
@@ -425,285 +323,3 @@ def status_payload(status: EngineStatus, in_flight: int) -> dict[str, Any]:
         "cancelled": status.cancelled,
     }
 
-
-def build_server(engine: EngineClient, version: str = "0") -> DGemmaServer:
-    server = DGemmaServer(engine, version)
-
-    @server.feature(lsp.INITIALIZE)
-    def initialize(ls: DGemmaServer, params: lsp.InitializeParams) -> None:
-        # Problems are shown after `initialized`: messages before the initialize answer are discouraged.
-        ls.apply_settings(params.initialization_options, show_problems=False)
-        folders = params.workspace_folders or []
-        ls.crossfile.open_workspace(folders[0].uri if folders else params.root_uri)
-        ls.editor_definitions.enabled = client_supports(params.capabilities.experimental)
-
-    @server.feature(lsp.INITIALIZED)
-    async def initialized(ls: DGemmaServer, params: lsp.InitializedParams) -> None:
-        if ls._pending_problems:
-            problems, ls._pending_problems = ls._pending_problems, []
-            ls.show_settings_problems(problems)
-        asyncio.ensure_future(ls.watch_workspace_files())
-        await ls.start_engine()
-
-    @server.feature(lsp.TEXT_DOCUMENT_DID_OPEN)
-    def did_open(ls: DGemmaServer, params: lsp.DidOpenTextDocumentParams) -> None:
-        item = params.text_document
-        ls.documents.open(item.uri, item.language_id, item.version, item.text)
-        ls.crossfile.opened(item.uri)
-
-    @server.feature(lsp.TEXT_DOCUMENT_DID_CHANGE)
-    def did_change(ls: DGemmaServer, params: lsp.DidChangeTextDocumentParams) -> None:
-        changes = []
-        for change in params.content_changes:
-            if isinstance(change, lsp.TextDocumentContentChangePartial):
-                r = change.range
-                changes.append(((r.start.line, r.start.character, r.end.line, r.end.character), change.text))
-            else:
-                changes.append((None, change.text))
-        try:
-            ls.documents.change(params.text_document.uri, params.text_document.version, changes, ls.encoding)
-            ls.next_edits.document_changed(params.text_document.uri)
-        except (UnknownDocumentError, PositionError) as error:
-            log.error("didChange ignored, client and server disagree: %s", error)
-            return
-        first = changes[0][0] if changes else None
-        ls.crossfile.edited(params.text_document.uri, first[0] if first is not None else 0)
-
-    @server.feature(lsp.TEXT_DOCUMENT_DID_SAVE)
-    def did_save(ls: DGemmaServer, params: lsp.DidSaveTextDocumentParams) -> None:
-        ls.crossfile.saved(params.text_document.uri)
-
-    @server.feature(lsp.WORKSPACE_DID_CHANGE_WATCHED_FILES)
-    def did_change_watched_files(ls: DGemmaServer, params: lsp.DidChangeWatchedFilesParams) -> None:
-        kinds = {lsp.FileChangeType.Created: "created", lsp.FileChangeType.Changed: "changed",
-                 lsp.FileChangeType.Deleted: "deleted"}
-        ls.crossfile.files_changed([(change.uri, kinds.get(change.type, "changed")) for change in params.changes])
-
-    @server.feature(lsp.TEXT_DOCUMENT_DID_CLOSE)
-    def did_close(ls: DGemmaServer, params: lsp.DidCloseTextDocumentParams) -> None:
-        ls.scheduler.supersede(params.text_document.uri)
-        ls.documents.close(params.text_document.uri)
-        ls.crossfile.closed(params.text_document.uri)
-        ls.editor_definitions.forget(params.text_document.uri)
-        ls.completer.last_cross_file.pop(params.text_document.uri, None)
-        ls.cache.clear(params.text_document.uri)
-        ls.next_edits.document_closed(params.text_document.uri)
-        ls.engine.forget(params.text_document.uri)  # its prompt-cache snapshot, in the engine or its daemon
-
-    @server.feature(lsp.WORKSPACE_DID_CHANGE_CONFIGURATION)
-    async def did_change_configuration(ls: DGemmaServer, params: lsp.DidChangeConfigurationParams) -> None:
-        raw = params.settings
-        workspace = ls.client_capabilities.workspace
-        if raw is None and workspace and workspace.configuration:  # the pull model
-            (raw,) = await ls.workspace_configuration_async(
-                lsp.ConfigurationParams(items=[lsp.ConfigurationItem(section=SECTION)])
-            )
-        ls.apply_settings(raw)
-
-    @server.feature(lsp.TEXT_DOCUMENT_INLINE_COMPLETION, lsp.InlineCompletionOptions())
-    async def inline_completion(ls: DGemmaServer, params: lsp.InlineCompletionParams):
-        after_answer = ls.answer_first()
-        document = ls.document(params.text_document.uri)
-        cursor = ls.offset(document, params.position)
-        if not ls.settings.enable:
-            return lsp.InlineCompletionList(items=[])
-        automatic = params.context.trigger_kind == lsp.InlineCompletionTriggerKind.Automatic
-        selected = None
-        if (info := params.context.selected_completion_info) is not None:
-            start, end = ls.span(document, info.range)
-            selected = Selected(start, end, info.text)
-        on_draft = draft_sink(ls, document, params.position) if ls.settings.drafts else None
-        ls.crossfile.viewed(document.uri, params.position.line)
-        if ls.editor_definitions.enabled and ls.settings.cross_file_budget > 0:
-            # Not awaited: the answer serves this prompt only if it comes first, else the next ones.
-            ls.editor_definitions.cursor(document.uri, normalize_language(document.language_id), document.lines,
-                                         params.position.line, ls.encoding)
-        lines = document.lines  # the answer's positions refer to the text as of this request
-        started = time.perf_counter()
-        result = await ls.completer.complete(
-            document,
-            cursor,
-            wanted=1 if automatic else ls.settings.max_candidates,
-            settings=ls.request_settings,
-            selected=selected,
-            on_draft=on_draft,
-            priority=PRIORITY_TYPING if automatic else PRIORITY_WAITING,
-        )
-        if not isinstance(result, Superseded) and result:
-            latency_ms = (time.perf_counter() - started) * 1000
-            after_answer.append(lambda: ls.stats.answered(latency_ms, items=len(result)))
-            shown_version = document.version
-            after_answer.append(lambda: ls.next_edits.completion_showing(document.uri, shown_version))
-        return ls.inline_items(lines, cursor, result)
-
-    @server.feature(
-        lsp.TEXT_DOCUMENT_CODE_ACTION,
-        lsp.CodeActionOptions(code_action_kinds=[lsp.CodeActionKind.RefactorRewrite], resolve_provider=True),
-    )
-    def code_action(ls: DGemmaServer, params: lsp.CodeActionParams):
-        document = ls.document(params.text_document.uri)
-        start, end = ls.span(document, params.range)
-        only = params.context.only
-        if start == end or (only and not any(lsp.CodeActionKind.RefactorRewrite.startswith(k) for k in only)):
-            return []
-        title = "Rewrite selection (DiffusionGemma)"
-        if _client_resolves_edits(ls.client_capabilities):
-            data = {"uri": document.uri, "version": document.version, "range": ls.converter.unstructure(params.range)}
-            return [lsp.CodeAction(title=title, kind=lsp.CodeActionKind.RefactorRewrite, data=data)]
-        command = lsp.Command(
-            title=title, command=REWRITE_COMMAND, arguments=[document.uri, ls.converter.unstructure(params.range)]
-        )
-        return [lsp.CodeAction(title=title, kind=lsp.CodeActionKind.RefactorRewrite, command=command)]
-
-    @server.feature(lsp.CODE_ACTION_RESOLVE)
-    async def code_action_resolve(ls: DGemmaServer, action: lsp.CodeAction) -> lsp.CodeAction:
-        if action.data is None:  # e.g. the command form: nothing to resolve, so nothing changes
-            return action
-        uri, range_, version = _rewrite_data(ls, action.data)
-        if version is not None and ls.document(uri).version != version:
-            raise JsonRpcException("the document changed since the action was offered", code=CONTENT_MODIFIED)
-        action.edit = await ls.rewrite_edit(uri, range_)
-        return action
-
-    @server.command(REWRITE_COMMAND)
-    async def rewrite_selection(ls: DGemmaServer, *args: Any):
-        if len(args) != 2:
-            raise JsonRpcInvalidParams(f"{REWRITE_COMMAND} takes (uri, range), got {len(args)} arguments")
-        uri, range_, _ = _rewrite_data(ls, {"uri": args[0], "range": args[1]})
-        edit = await ls.rewrite_edit(uri, range_)
-        applied = await ls.workspace_apply_edit_async(
-            lsp.ApplyWorkspaceEditParams(edit=edit, label="Rewrite selection")
-        )
-        return {"applied": applied.applied, "failureReason": applied.failure_reason}
-
-    @server.command(STATUS_COMMAND)
-    def status_command(ls: DGemmaServer, *args: Any):
-        return status_payload(ls.engine.status(), ls.scheduler.in_flight)
-
-    @server.command(RELOAD_COMMAND)
-    async def reload_model(ls: DGemmaServer, *args: Any):
-        # Load again now: after a failed load (the user fixed the folder) or to pick up new files.
-        ls._load_error_shown = False  # a new failure is shown again
-        status = await ls.engine.reload()
-        return status_payload(status, ls.scheduler.in_flight)
-    @server.command(CONTEXT_COMMAND)
-    def context_snippets(ls: DGemmaServer, *args: Any):
-        if len(args) != 1 or not isinstance(args[0], str):
-            raise JsonRpcInvalidParams(f"{CONTEXT_COMMAND} takes (uri)")
-        return [{"path": s.path, "startLine": s.start_line, "endLine": s.end_line, "source": s.source,
-                 "score": s.score, "tokens": s.tokens, "text": s.text}
-                for s in ls.completer.last_cross_file.get(args[0], ())]
-
-    @server.command(STATS_COMMAND)
-    def server_stats(ls: DGemmaServer, *args: Any):
-        options = args[0] if len(args) == 1 else {}
-        probe = options.get("probe", False) if isinstance(options, dict) else None
-        # What the server retains costs a full garbage collection and a walk of every Python object
-        # (~0.3 s of the event loop with the tiny model loaded): only when asked, never while typing.
-        with_retained = options.get("retained", False) if isinstance(options, dict) else None
-        if len(args) > 1 or not isinstance(probe, bool) or not isinstance(with_retained, bool):
-            raise JsonRpcInvalidParams(
-                f'{STATS_COMMAND} takes no argument or {{"probe": true|false, "retained": true|false}}')
-        started = ls.loop_monitor.running
-        if not started:
-            ls.loop_monitor.probe = probe
-        ls.loop_monitor.start()
-        encoded = list(ls.completer.encoded_tokens)
-        ls.completer.encoded_tokens.clear()
-        index = ls.crossfile.index
-        return {"loopStallMs": ls.loop_monitor.take() if started else None,
-                "loopBusyMs": ls.loop_monitor.take_busy() if started else None,
-                "encodedTokens": encoded, "answersFromDrafts": ls.completer.answers_from_drafts,
-                "retained": retained(ls) if with_retained else None,
-                "crossFileIndex": None if index is None else {"files": len(index), "complete": index.complete}}
-
-    @server.feature(DID_SHOW)
-    def did_show(ls: DGemmaServer, params: Any) -> None:
-        # Counted for `dgemma-lsp stats` (lengths only, kept on this machine).
-        log.debug("completion shown: %s", _short(params))
-        ls.stats.shown(len(_insert_text(params)))
-
-    @server.feature(DID_PARTIALLY_ACCEPT)
-    def did_partially_accept(ls: DGemmaServer, params: Any) -> None:
-        log.debug("completion partially accepted: %s", _short(params))
-        accepted = getattr(params, "acceptedLength", None)
-        text = _insert_text(params)
-        ls.stats.accepted(accepted if isinstance(accepted, int) and accepted >= 0 else len(text), len(text))
-
-    @server.feature(lsp.SHUTDOWN)
-    def shutdown(ls: DGemmaServer, params: None) -> None:
-        # Synchronous on purpose: `exit` may follow at once, and must find the shutdown done.
-        ls.shutdown_requested = True
-        ls.scheduler.cancel_all()
-        ls.loop_monitor.stop()
-        ls.documents.worker.close()
-        ls.stats.close()
-        ls.next_edits.scheduler.cancel_all()
-        ls._closing = asyncio.ensure_future(ls.engine.close())
-
-    inline_edit_lsp.register(server)
-    return server
-
-
-def retained(ls: DGemmaServer) -> dict[str, int]:
-    """What the server holds now (for `bench soak` and the tests that a closed document leaves nothing
-    behind but bounded caches): Python objects are counted after a full collection."""
-    gc.collect()
-    objects = gc.get_objects()
-    per_document = (OpenDocument, SyntaxDocument, LineIndex)
-    return {
-        "documents": len(ls.documents),
-        "documentObjects": sum(1 for o in objects if isinstance(o, per_document)),
-        "requestFutures": ls.protocol.running_handlers,  # this request's own included
-        "cacheEntries": len(ls.cache),
-        "schedulerJobs": ls.scheduler.in_flight,
-        "promptCacheBytes": ls.engine.status().prompt_cache_bytes or 0,
-        "pythonObjects": len(objects),
-    }
-
-
-def draft_sink(ls: DGemmaServer, document: OpenDocument, position: lsp.Position):
-    """Sends `dgemma/draft` for one request; the request id ties drafts to their request."""
-    uri, version, request_id = document.uri, document.version, ls.protocol.msg_id
-    where = {"line": position.line, "character": position.character}
-    ending = line_ending(document.text)
-
-    def send(step: int, text: str) -> None:
-        text = with_line_ending(text, ending)
-        ls.protocol.notify(
-            DRAFT_NOTIFICATION,
-            {"uri": uri, "version": version, "position": where, "requestId": request_id, "step": step, "text": text},
-        )
-
-    return send
-
-
-def _rewrite_data(ls: DGemmaServer, data: Any) -> tuple[str, lsp.Range, int | None]:
-    if not isinstance(data, dict) or not isinstance(data.get("uri"), str):
-        raise JsonRpcInvalidParams("expected {uri, range} for the rewrite")
-    try:
-        range_ = ls.converter.structure(data.get("range"), lsp.Range)
-    except Exception:
-        raise JsonRpcInvalidParams(f"not an LSP range: {data.get('range')!r}") from None
-    version = data.get("version")
-    return data["uri"], range_, version if isinstance(version, int) else None
-
-
-def _client_resolves_edits(capabilities: lsp.ClientCapabilities) -> bool:
-    text_document = capabilities.text_document
-    code_action = text_document.code_action if text_document else None
-    support = code_action.resolve_support if code_action else None
-    return bool(support and "edit" in support.properties)
-
-
-def _insert_text(params: Any) -> str:
-    """The shown/accepted item's insertText (a string or a snippet's value); "" when absent."""
-    item = getattr(params, "item", None)
-    text = getattr(item, "insertText", None)
-    text = getattr(text, "value", text)
-    return text if isinstance(text, str) else ""
-
-
-def _short(params: Any) -> str:
-    text = repr(params)
-    return text if len(text) < 300 else text[:300] + "..."

@@ -219,8 +219,6 @@ def _guarded(command, args: argparse.Namespace) -> int:
     except (UsageError, EngineError) as error:
         print(f"dgemma-lsp: {error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
 
 
 def _load(service) -> float:

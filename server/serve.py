@@ -1,14 +1,17 @@
 """`dgemma-lsp [--stdio] [--tcp HOST:PORT] [--engine ...] [--engine-url URL]`: build the engine client and serve LSP.
 
-Owns the serving flags and the choice of engine client; the protocol itself
-lives in lsp_server.py. stdout carries only the protocol: logging is set up by
-cli.py (stderr or --log-file) before `run` is called.
+Owns the serving flags, the choice of engine client, and `build_server`, which puts the
+server's state (lsp_server.py) and its handlers (the `*_lsp.py` modules, one per feature)
+together. stdout carries only the protocol: logging is set up by cli.py (stderr or
+--log-file) before `run` is called. Imports pygls only when it serves: `--help` stays quick.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+
+from . import package_version
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +58,19 @@ def make_engine_client(args: argparse.Namespace):
         serving_service(args.model, device=args.device, dtype=args.dtype, quantization=args.quantization))
 
 
-def run(args: argparse.Namespace) -> int:
-    from .cli import _version
-    from .lsp_server import build_server
+def build_server(engine, version: str = "0"):
+    """A DGemmaServer on `engine` (an EngineClient) with every feature's handlers registered."""
+    from . import commands_lsp, completions_lsp, documents_lsp, inline_edit_lsp, rewrite_lsp, session_lsp
+    from .lsp_server import DGemmaServer
 
-    server = build_server(make_engine_client(args), _version())
+    server = DGemmaServer(engine, version)
+    for feature in (session_lsp, documents_lsp, completions_lsp, rewrite_lsp, commands_lsp, inline_edit_lsp):
+        feature.register(server)
+    return server
+
+
+def run(args: argparse.Namespace) -> int:
+    server = build_server(make_engine_client(args), package_version())
     if args.tcp:
         host, _, port = args.tcp.rpartition(":")
         if not host or not port.isdigit():

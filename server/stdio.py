@@ -9,9 +9,10 @@ event loop (no thread), handed to pygls' own public message loop (`run_async`), 
 framing, decoding and dispatch stay pygls'.
 
 The native reader needs stdin to be a pipe or a socket that is not also stdout:
-connecting a transport makes the file non-blocking, and a terminal or pty shared
-with stdout would then fail writes with EAGAIN. Anything else (a terminal, a regular
-file, Windows' console) falls back to pygls' threaded reader. Knows pygls' I/O
+connecting a transport makes the file non-blocking, and a socket or pty shared with
+stdout would then fail writes with EAGAIN. A terminal is read natively through a file
+description of its own (so Ctrl-C finds no thread blocked in a read). Anything else (a
+regular file, Windows' console) falls back to pygls' threaded reader. Knows pygls' I/O
 surface; nothing of LSP features.
 """
 
@@ -27,9 +28,12 @@ import threading
 from pygls.io_ import StdinAsyncReader, StdoutWriter, run_async
 
 from .loop_monitor import TimedEventLoop
+from .pygls_protocol import MessageLoopLog
 
 log = logging.getLogger(__name__)
 
+SERVING = "serving LSP on stdin/stdout"
+"""Logged (INFO) once the message loop starts: a test waits for it before pressing Ctrl-C."""
 READ_LIMIT = 1 << 20
 """Longest header line asyncio's reader accepts (bodies are read with readexactly, unbounded)."""
 
@@ -56,23 +60,47 @@ async def _native_reader(stdin) -> asyncio.StreamReader | None:
     return reader
 
 
+async def stdin_reader(stdin, stdout, server):
+    """stdin on the event loop where possible; else pygls' threaded reader."""
+    reader = None
+    if native_stdin_possible(stdin.fileno(), stdout.fileno()):
+        reader = await _native_reader(stdin)
+    elif (terminal := _own_terminal(stdin.fileno())) is not None:
+        reader = await _native_reader(terminal)
+    return reader or StdinAsyncReader(stdin, server.thread_pool)
+
+
+def _own_terminal(fd: int):
+    """A read-only file of its own on the terminal at `fd`, or None when `fd` is no terminal.
+
+    A terminal is one file description for stdin and stdout, so a transport on it would make
+    stdout non-blocking too; a second description of the same terminal leaves stdout alone. And
+    no thread then sits in a read of the terminal that Ctrl-C cannot end (that thread kept the
+    process alive after Ctrl-C, and a second Ctrl-C aborted the interpreter)."""
+    try:
+        if not os.isatty(fd):
+            return None
+        return os.fdopen(os.open(os.ttyname(fd), os.O_RDONLY | os.O_NOCTTY), "rb", buffering=0)
+    except OSError as error:
+        log.info("stdin through pygls' threaded reader: %s", error)
+        return None
+
+
 def serve_stdio(server, stdin=None, stdout=None) -> None:
-    """What pygls' `start_io` does, with stdin read on the event loop where possible."""
+    """What pygls' `start_io` does, with stdin read on the event loop where possible.
+
+    Ctrl-C ends it: the KeyboardInterrupt goes on to the caller (cli.py says so and exits 130)."""
     stdin = stdin or sys.stdin.buffer
     stdout = stdout or sys.stdout.buffer
-    # LanguageServer.shutdown() (the `exit` path) sets this event to end the message loop.
-    server._stop_event = threading.Event()
+    stop = threading.Event()  # run_async's; nothing sets it: the loop ends with stdin, `exit` or Ctrl-C
     server.protocol.set_writer(StdoutWriter(stdout))
 
     async def main() -> None:
-        reader = None
-        if native_stdin_possible(stdin.fileno(), stdout.fileno()):
-            reader = await _native_reader(stdin)
-        if reader is None:
-            reader = StdinAsyncReader(stdin, server.thread_pool)
+        reader = await stdin_reader(stdin, stdout, server)
+        log.info(SERVING)
         try:
-            await run_async(stop_event=server._stop_event, reader=reader, protocol=server.protocol, logger=log,
-                            error_handler=server.report_server_error)
+            await run_async(stop_event=stop, reader=reader, protocol=server.protocol,
+                            logger=MessageLoopLog(log, {}), error_handler=server.report_server_error)
         except asyncio.IncompleteReadError:  # stdin closed in the middle of a message: the client is gone
             log.error("stdin closed in the middle of a message; shutting down")
 
@@ -83,7 +111,7 @@ def serve_stdio(server, stdin=None, stdout=None) -> None:
             runner.run(main())
     except BrokenPipeError:
         log.error("the connection to the client is lost; shutting down")
-    except (KeyboardInterrupt, SystemExit):
+    except SystemExit:  # `exit`: serve.py turns shutdown-or-not into the status
         pass
     finally:
         server.shutdown()

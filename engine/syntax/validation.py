@@ -62,7 +62,9 @@ class CandidateChecker:
         self.offset = offset
         self.reach = min(reach, len(doc.text) - offset)
         self.start_byte = doc.byte_offset(offset)
-        self.ranges = doc.enclosing_ranges(self.start_byte, doc.byte_offset(offset + self.reach))
+        # An empty document has no region around the hole: the hole alone is one (a new file is empty).
+        self.ranges = (doc.enclosing_ranges(self.start_byte, doc.byte_offset(offset + self.reach))
+                       or [(self.start_byte, self.start_byte)])
         self.parser = tree_sitter.Parser(doc.tree.language)
         first = self.ranges[0][0]
         self.known = (first, doc.source.count(b"\n", 0, first))

@@ -64,6 +64,17 @@ def test_rewrite_reports_the_exact_selection(source):
     assert report["canvases"] == 1 and report["steps"] == 1  # ceil(0.1 * 4): the tail of the schedule
 
 
+@pytest.mark.parametrize(("text", "where"), [("", "1:1"), ("\n\n  \n", "2:1"), ("\n\n  \n", "3:3"), ("total = 1", "1:10")],
+                         ids=["empty", "blank lines", "end of blank lines", "no final line break"])
+def test_a_new_file_is_completed_without_an_error(tmp_path, text, where):
+    path = tmp_path / "new.py"
+    path.write_text(text)
+    done = dgemma("complete", f"{path}:{where}", "--steps", "2", "--max-tokens", "8", "--seed", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert isinstance(json.loads(done.stdout)["candidates"], list)
+
+
 def test_a_10mb_file_is_cut_to_the_context_budget_and_answered(tmp_path):
     big = tmp_path / "big.py"
     lines = [f"value_{i} = {i}\n" for i in range(700_000)]

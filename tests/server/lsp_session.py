@@ -77,19 +77,26 @@ def config(*extra: str) -> ClientServerConfig:
     return ClientServerConfig(server_command=server_command(*extra), client_factory=recording_client)
 
 
-def capabilities(name: str, *, encodings: list[str] | None = None, resolve: bool = True) -> lsp.ClientCapabilities:
-    """Recorded capabilities of a real editor, optionally with other encodings or no codeAction/resolve."""
+def capabilities(name: str, *, encodings: list[str] | None = None, resolve: bool = True, watch_files: bool = False,
+                 experimental: dict | None = None) -> lsp.ClientCapabilities:
+    """Recorded capabilities of a real editor, optionally with other encodings, no codeAction/resolve,
+    file watchers registered on request (as VS Code does) or `experimental` ones."""
     caps = client_capabilities(name)
     if encodings is not None:
         caps.general = lsp.GeneralClientCapabilities(position_encodings=encodings)
     if not resolve and caps.text_document and caps.text_document.code_action:
         caps.text_document.code_action.resolve_support = None
+    if watch_files:
+        caps.workspace.did_change_watched_files.dynamic_registration = True  # type: ignore[union-attr]
+    if experimental is not None:
+        caps.experimental = experimental
     return caps
 
 
-async def initialize(client: LanguageClient, caps: lsp.ClientCapabilities, options: dict | None) -> lsp.InitializeResult:
+async def initialize(client: LanguageClient, caps: lsp.ClientCapabilities, options: dict | None,
+                     root: Path = ROOT) -> lsp.InitializeResult:
     return await client.initialize_session(
-        lsp.InitializeParams(capabilities=caps, initialization_options=options, root_uri=ROOT.as_uri())
+        lsp.InitializeParams(capabilities=caps, initialization_options=options, root_uri=root.as_uri())
     )
 
 
@@ -158,8 +165,26 @@ def send_raw(client: LanguageClient, method: str, params: Any) -> asyncio.Future
     msg_id = f"raw-{uuid.uuid4().hex[:8]}"
     future: concurrent.futures.Future = concurrent.futures.Future()
     client.protocol._request_futures[msg_id] = future
-    body = json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode()
+    send_body(client, json.dumps({"jsonrpc": "2.0", "id": msg_id, "method": method, "params": params}).encode())
+    return asyncio.wrap_future(future)
+
+
+def send_body(client: LanguageClient, body: bytes) -> None:
+    """Send one message body exactly as given, framed (a body that is not JSON too)."""
     written = client.protocol.writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
     if inspect.isawaitable(written):
         asyncio.ensure_future(written)
-    return asyncio.wrap_future(future)
+
+
+def record_wire(client: LanguageClient) -> list[Any]:
+    """From now on, every message the client receives, in order, as pygls decoded it (answers
+    pygls' client has no request for included: an error answer with id null, say)."""
+    received: list[Any] = []
+    handle = client.protocol.handle_message
+
+    def noting(message: Any) -> None:
+        received.append(message)
+        handle(message)
+
+    client.protocol.handle_message = noting  # type: ignore[method-assign]
+    return received

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 import pytest_lsp
-from lsp_session import FAST, TIMEOUT, capabilities, config, open_document, plain, within
+from lsp_session import FAST, TIMEOUT, capabilities, config, initialize, open_document, plain, within
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
@@ -53,11 +53,8 @@ CURSOR = lsp.Position(line=4, character=len("    amount = invoice."))
 
 @pytest_lsp.fixture(config=config())
 async def client(lsp_client: LanguageClient):
-    caps = capabilities("neovim@v0.11.0")
-    caps.workspace.did_change_watched_files.dynamic_registration = True  # type: ignore[union-attr]  (VS Code's)
-    await lsp_client.initialize_session(lsp.InitializeParams(
-        capabilities=caps, initialization_options={**FAST, "cacheSize": 0},  # every request builds its prompt
-        root_uri=WORKSPACE.as_uri()))
+    caps = capabilities("neovim@v0.11.0", watch_files=True)  # watchers on request: VS Code's
+    await initialize(lsp_client, caps, {**FAST, "cacheSize": 0}, WORKSPACE)  # cacheSize 0: every request builds its prompt
     yield
     await lsp_client.shutdown_session()
 

@@ -24,6 +24,7 @@ from lsp_session import (
     FAST,
     TIMEOUT,
     capabilities,
+    initialize,
     open_document,
     plain,
     recording_client,
@@ -144,11 +145,8 @@ def config_for(behaviour: str) -> ClientServerConfig:
 
 
 async def start(client: LanguageClient, advertise: bool) -> None:
-    caps = capabilities("visual_studio_code")
-    if advertise:
-        caps.experimental = {"dgemmaDefinitions": True}
-    await client.initialize_session(lsp.InitializeParams(
-        capabilities=caps, initialization_options={**FAST, "cacheSize": 0}, root_uri=WORKSPACE.as_uri()))
+    caps = capabilities("visual_studio_code", experimental={"dgemmaDefinitions": True} if advertise else None)
+    await initialize(client, caps, {**FAST, "cacheSize": 0}, WORKSPACE)
     open_document(client, URI, REPORT)
 
 

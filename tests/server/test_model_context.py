@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest_lsp
-from lsp_session import FAST, TIMEOUT, capabilities, config, open_document, within
+from lsp_session import FAST, TIMEOUT, capabilities, config, initialize, open_document, within
 from lsprotocol import types as lsp
 from pytest_lsp import LanguageClient
 
@@ -40,9 +40,8 @@ URI = (WORKSPACE / "app" / "report.py").as_uri()
 
 @pytest_lsp.fixture(config=config("--model", str(MODEL)))
 async def client(lsp_client: LanguageClient):
-    await lsp_client.initialize_session(lsp.InitializeParams(
-        capabilities=capabilities("neovim@v0.11.0"), root_uri=WORKSPACE.as_uri(),
-        initialization_options={**FAST, "cacheSize": 0, "contextTokens": 4096, "crossFileTokens": 2000}))
+    await initialize(lsp_client, capabilities("neovim@v0.11.0"),
+                     {**FAST, "cacheSize": 0, "contextTokens": 4096, "crossFileTokens": 2000}, WORKSPACE)
     yield
     await lsp_client.shutdown_session()
 

@@ -6,11 +6,12 @@ these pin down the cases where it must not be used.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import tempfile
 
-from dgemma_lsp.server.stdio import native_stdin_possible
+from dgemma_lsp.server.stdio import native_stdin_possible, stdin_reader
 
 
 def test_separate_pipes_read_natively():
@@ -48,3 +49,19 @@ def test_a_closed_descriptor_keeps_the_threaded_reader():
     os.close(read)
     os.close(write)
     assert not native_stdin_possible(read, write)
+
+
+async def test_a_terminal_is_read_on_the_loop_through_its_own_file_and_stdout_stays_blocking():
+    # `dgemma-lsp` typed in a terminal: stdin and stdout are one terminal. No thread may sit in
+    # a read of it (Ctrl-C could not end that read), and stdout must stay blocking.
+    master, slave = os.openpty()
+    terminal = os.fdopen(slave, "r+b", buffering=0)
+    try:
+        reader = await stdin_reader(terminal, terminal, server=None)  # no thread pool is asked for
+        assert isinstance(reader, asyncio.StreamReader)
+        assert os.get_blocking(slave)
+        os.write(master, b"typed\n")
+        assert await asyncio.wait_for(reader.readline(), 60) == b"typed\n"
+    finally:
+        terminal.close()
+        os.close(master)

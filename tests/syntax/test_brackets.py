@@ -30,7 +30,7 @@ def test_the_line_before_the_cursor_is_read_for_its_quote_but_its_brackets_do_no
     assert first_unmatched_closer(line_before + "b, 1)", start=len(line_before)) is None  # still in the quote
 
 
-def test_depth_figures():
+def test_what_brackets_open_and_close():
     assert depth_change("a) (b") == 0 and open_depth("a) (b") == 1
     assert depth_change("((x)") == 1 == open_depth("((x)")
     assert closing_end("a, (b)) + c", 1) == len("a, (b))")

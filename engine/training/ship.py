@@ -36,7 +36,8 @@ def export_snapshot(run_dir: Path, snapshot: Path, folder: Path, prompt_layout: 
 
     model, tokenizer, recipe, state = load_weights(run_dir, snapshot)
     record = {"recipe": recipe, "snapshot": snapshot.name, "steps": state["step"], "tokens": state["tokens"],
-              "cpuSeconds": state.get("cpuSeconds"), "answerTokens": state.get("answerTokens")}
+              "cpuSeconds": state.get("cpuSeconds"), "answerTokens": state.get("answerTokens"),
+              **{key: state[key] for key in ("gpuSeconds", "flops") if key in state}}
     tokenizer.init_kwargs[MODEL_LAYOUT_KEY] = prompt_layout  # save_pretrained writes it to tokenizer_config.json
     tokenizer.init_kwargs[MODEL_CONTEXT_KEY] = max(recipe["data"]["contextTokens"])  # training drew budgets in [low, high]
     export(model, tokenizer, folder, record, run_dir / "corpus.json")
@@ -58,16 +59,41 @@ def ship(run_dir: Path, snapshot: Path, target: Path) -> dict:
     return record
 
 
+CARRIED_COUNTERS = ("tokens", "answerTokens", "cpuSeconds", "gpuSeconds", "flops")
+"""What a run started from a shipped model (`train --init`) carries on from its training record: its cost."""
+
+
+def initial_state(folder: Path) -> tuple[dict, dict]:
+    """The fp32 weights of a model folder (the shipped `tiny`, a run's `model/`) and the cost its training record
+    counts, for a new run that starts from them with a fresh optimizer (`dgemma-lsp train --init`): the next GPU
+    session goes on from the last shipped weights, whose checkpoint (weights and AdamW's moments) stays behind."""
+    import torch
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32)
+    record_file = folder / "training.json"
+    record = json.loads(record_file.read_text()) if record_file.exists() else {}
+    counters = {key: record[key] for key in CARRIED_COUNTERS if record.get(key) is not None}
+    return model.state_dict(), counters
+
+
 def snapshot_path(run_dir: Path, name: str | None) -> Path:
     """`name` of RUN_DIR/snapshots (the newest when None), or `checkpoint.pt` (the run's latest state)."""
     if name == "checkpoint.pt":
         return run_dir / name
     if name is not None:
         return run_dir / "snapshots" / name
-    snapshots = sorted((run_dir / "snapshots").glob("cpu-*.pt"))
+    snapshots = run_snapshots(run_dir)
     if not snapshots:
-        raise FileNotFoundError(f"{run_dir}/snapshots has no cpu-*.pt")
+        raise FileNotFoundError(f"{run_dir}/snapshots has no cpu-*.pt or gpu-*.pt")
     return snapshots[-1]
+
+
+def run_snapshots(run_dir: Path) -> list[Path]:
+    """A run's snapshots in the order they were taken: cpu-NNNNNN.pt (CPU-seconds), then gpu-NNNNNN.pt
+    (GPU-seconds: a run that went on on a GPU after a CPU)."""
+    folder = run_dir / "snapshots"
+    return sorted(folder.glob("cpu-*.pt")) + sorted(folder.glob("gpu-*.pt"))
 
 
 def main(argv=None) -> int:
@@ -80,7 +106,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     target = args.to or shipped_tiny_dir()
     record = ship(args.run_dir, snapshot_path(args.run_dir, args.snapshot), target)
-    summary = {key: record[key] for key in ("snapshot", "steps", "tokens", "cpuSeconds", "answerTokens")}
+    summary = {key: record[key] for key in ("snapshot", "steps", "tokens", "cpuSeconds", "answerTokens", "gpuSeconds")
+               if key in record}
     sys.stderr.write(f"shipped to {target}: {json.dumps(summary)}\n")
     return 0
 

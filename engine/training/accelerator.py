@@ -84,6 +84,8 @@ class Accelerator:
             torch.backends.cuda.matmul.allow_tf32 = True
             torch.backends.cudnn.allow_tf32 = True
         model.to(self.device)
+        if self.is_cuda and self.precision == "bf16":
+            use_autocast_experts(model)
         if self.compile == "layers":
             compile_layers(model)
         return model
@@ -125,6 +127,45 @@ class Accelerator:
     def synchronize(self) -> None:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
+
+
+AUTOCAST_EXPERTS = "grouped_mm_autocast"
+"""The experts implementation a bf16 run on CUDA uses (registered with transformers by `use_autocast_experts`)."""
+
+
+class _ExpertsInDtype:
+    """An experts module as transformers' grouped_mm forward reads it, its two weights cast to `dtype` (the cast
+    is differentiable: the gradients reach the fp32 weights)."""
+
+    def __init__(self, experts, dtype) -> None:
+        self._experts = experts
+        self.gate_up_proj = experts.gate_up_proj.to(dtype)
+        self.down_proj = experts.down_proj.to(dtype)
+
+    def __getattr__(self, name):
+        return getattr(self._experts, name)
+
+
+def _grouped_mm_autocast(self, hidden_states, top_k_index, top_k_weights):
+    """transformers' grouped_mm experts, with their weights in the autocast dtype on CUDA.
+
+    The CUDA grouped GEMM takes bf16 operands only (torch's meta check; the fake-CUDA test caught it), is not
+    autocast-enabled, and transformers casts its input to the weights' dtype: fp32 here, the master weights."""
+    from transformers.integrations.moe import grouped_mm_experts_forward
+
+    device = hidden_states.device.type
+    if device == "cuda" and torch.is_autocast_enabled(device):
+        self = _ExpertsInDtype(self, torch.get_autocast_dtype(device))
+    return grouped_mm_experts_forward(self, hidden_states, top_k_index, top_k_weights)
+
+
+def use_autocast_experts(model) -> None:
+    """The model's experts through `_grouped_mm_autocast` (not saved with the model: the config keeps
+    transformers' own name out of its JSON, so an exported model loads with its default)."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    ExpertsInterface.register(AUTOCAST_EXPERTS, _grouped_mm_autocast)
+    model.set_experts_implementation(AUTOCAST_EXPERTS)
 
 
 def compile_layers(model) -> int:

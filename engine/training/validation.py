@@ -211,6 +211,8 @@ def main(argv=None) -> int:
                 if args.layout != "natural":  # how many are the natural layout's holes, in order
                     natural = validation_examples(*holes, python_path=focus_path)
                     same[key] = sum(a.middle == b.middle for a, b in zip(natural, cached[key], strict=True))
+            if args.device != "cpu":  # fp32 weights: CUDA's grouped GEMM takes bf16 only (accelerator.py)
+                model.set_experts_implementation("eager")
             figures = score(model.to(args.device), cached[key], tokenizer.pad_token_id, end_of_turn_id(tokenizer))
             if key in same:
                 figures["sameHolesAsNatural"] = same[key]

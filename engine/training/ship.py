@@ -77,6 +77,23 @@ def initial_state(folder: Path) -> tuple[dict, dict]:
     return model.state_dict(), counters
 
 
+def snapshot_from_model(run_dir: Path, folder: Path | None = None) -> Path:
+    """The run's exported model folder (what a GPU call brings back: bf16 weights and the training record) as a
+    snapshot of the run, snapshots/gpu-NNNNNN.pt (cpu-NNNNNN.pt for a CPU run), so that validation,
+    bench.tiny_code and `ship` read it as they read any snapshot. Returns its path."""
+    import torch
+
+    folder = folder or run_dir / "model"
+    weights, counters = initial_state(folder)
+    record = json.loads((folder / "training.json").read_text())
+    clock = "gpu" if record.get("gpuSeconds") else "cpu"
+    path = run_dir / "snapshots" / f"{clock}-{int(record.get(f'{clock}Seconds') or 0):06d}.pt"
+    path.parent.mkdir(exist_ok=True)
+    weights = {name: value.to(torch.bfloat16) if value.is_floating_point() else value for name, value in weights.items()}
+    torch.save({"model": weights, **counters, "step": record["steps"]}, path)
+    return path
+
+
 def snapshot_path(run_dir: Path, name: str | None) -> Path:
     """`name` of RUN_DIR/snapshots (the newest when None), or `checkpoint.pt` (the run's latest state)."""
     if name == "checkpoint.pt":

@@ -45,10 +45,15 @@ def export_snapshot(run_dir: Path, snapshot: Path, folder: Path, prompt_layout: 
 
 
 def ship(run_dir: Path, snapshot: Path, target: Path) -> dict:
-    """Replace the model folder `target` with `snapshot` of the run; refuses one over MAX_SHIPPED_BYTES."""
+    """Replace the model folder `target` with `snapshot` of the run; refuses one over MAX_SHIPPED_BYTES or one
+    without the run's corpus manifest."""
     staging = target.with_name(target.name + ".new")
     shutil.rmtree(staging, ignore_errors=True)
     record = export_snapshot(run_dir, snapshot, staging)
+    if not (staging / "corpus.json").exists():
+        shutil.rmtree(staging)
+        raise FileNotFoundError(f"{run_dir}/corpus.json is missing: a shipped model names every source it was "
+                                "trained on, with its licence")
     size = sum(path.stat().st_size for path in staging.iterdir())
     if size > MAX_SHIPPED_BYTES:
         shutil.rmtree(staging)

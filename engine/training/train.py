@@ -338,7 +338,10 @@ def export(model, tokenizer, folder: Path, record: dict, manifest: Path) -> None
     model.to(torch.bfloat16).save_pretrained(folder)
     model.to(torch.float32)
     tokenizer.save_pretrained(folder)
-    shutil.copy(manifest, folder / "corpus.json")
+    if manifest.exists():
+        shutil.copy(manifest, folder / "corpus.json")
+    else:  # a GPU run whose packer was stopped before it counted the corpus: the weights still come back
+        log.warning("%s is missing: the model is exported without its manifest, and ship refuses it", manifest)
     (folder / "training.json").write_text(json.dumps(record, indent=1) + "\n")
 
 

@@ -151,3 +151,27 @@ def test_a_run_trains_from_packed_shards_within_its_budget_and_the_next_starts_f
 
     exported = load_file(run / "model" / "model.safetensors")
     assert all(torch.equal(start["model"][name], value) for name, value in exported.items() if name in start["model"])
+
+
+def test_ship_refuses_a_run_without_its_corpus_manifest(tmp_path):
+    """A GPU run's trainer exports its weights even when the packer never wrote the manifest; ship does not."""
+    from dgemma_lsp.engine.training.ship import ship
+    from dgemma_lsp.engine.training.train import build_model
+
+    run = tmp_path / "run"
+    _micro_run(run)
+    tokenizer = build_tiny_tokenizer()
+    (run / "snapshots").mkdir()
+    weights = {name: value.to(torch.bfloat16) if value.is_floating_point() else value
+               for name, value in build_model(json.loads((run / "recipe.json").read_text()), tokenizer, 0)
+               .state_dict().items()}
+    torch.save({"model": weights, "step": 0, "tokens": 0, "answerTokens": 0}, run / "snapshots" / "gpu-000010.pt")
+    target = tmp_path / "tiny"
+    target.mkdir()
+    (target / "model.safetensors").write_text("the model shipped before")
+    with pytest.raises(FileNotFoundError):
+        ship(run, run / "snapshots" / "gpu-000010.pt", target)
+    assert (target / "model.safetensors").read_text() == "the model shipped before"
+    (run / "corpus.json").write_text(json.dumps({"sources": [], "tokens": 0}))
+    ship(run, run / "snapshots" / "gpu-000010.pt", target)
+    assert json.loads((target / "corpus.json").read_text()) == {"sources": [], "tokens": 0}

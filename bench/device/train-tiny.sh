@@ -6,8 +6,8 @@
 #   2. the run folder: the GPU recipe and the shipped CPU run's tokenizer (docs/training.md says why);
 #   3. the packer (engine/training/packing.py) in the background until training ends: the machine's own
 #      permissively licensed Python, cut into example shards by WORKERS processes, and the corpus manifest;
-#   4. the probe (bench/device/train_probe.py, PROBE_S): a few steps eager, then compiled; the faster
-#      becomes the run's train.compile (the packer's head start is not lost: the shards wait);
+#   4. the probe (bench/device/train_probe.py, PROBE_S): a few steps eager, then compiled (then another
+#      shape, for the next session's choice); the faster becomes the run's train.compile (the shards wait);
 #   5. training (`dgemma-lsp train --examples`) with `--seconds` up to TRAIN_END: it saves, snapshots every
 #      2 GPU-minutes and exports its model before the budget ends; INIT=FOLDER starts from earlier weights
 #      (the shipped tiny model of an earlier GPU session) with a fresh optimizer;
@@ -16,15 +16,16 @@
 #      without its weights), the weights as $OUT/model.safetensors.part-* (split at 15 MiB: $OUT takes files
 #      of at most 16 MiB), and meanwhile the newest snapshot as $OUT/snapshot.pt.part-*. Here,
 #      bench/device/train-tiny-unpack.sh FILES_AT RUN_DIR makes a run folder of them.
-# PROBE_ARGS: the probe's options (default --compile; "" times the eager model alone).
+# PROBE_ARGS: the probe's options (default: the compiled model, then a 320-wide 6-layer shape eager; "" times the
+# recipe's eager model alone).
 # CPU rehearsal (tests/training/test_device_script.py): DEVICE=cpu SKIP_INSTALL=1 PY=.venv/bin/python PROBE_ARGS=""
 # with a micro RECIPE and a budget of a couple of minutes.
 set -u
 PY=${PY:-python3}
 OUT=${OUT:?set OUT to a folder for what comes back}
-BUDGET_S=${BUDGET_S:-555}              # the whole script; give the call timeout_s of ~590
+BUDGET_S=${BUDGET_S:-555}              # the whole script; give the call timeout_s 595
 RESERVE_S=${RESERVE_S:-75}             # after training: its save and export, validation, the files
-PROBE_S=${PROBE_S:-100}                # 0: no probe, the recipe's train.compile
+PROBE_S=${PROBE_S:-90}                 # 0: no probe, the recipe's train.compile
 VALIDATION_S=${VALIDATION_S:-45}
 VALIDATION_HOLES=${VALIDATION_HOLES:-300}
 DEVICE=${DEVICE:-cuda}
@@ -66,7 +67,7 @@ PACKER=$!
 if [ "$PROBE_S" -gt 0 ]; then
   echo "== probe $(date +%T) (limit ${PROBE_S}s)"
   timeout -k 5 "$PROBE_S" $PY bench/device/train_probe.py "$RUN/recipe.json" "$RUN/tokenizer" --device "$DEVICE" \
-    --steps ${PROBE_STEPS:-6} ${PROBE_ARGS---compile} > "$RUN/probe.jsonl" 2> "$RUN/probe.log"
+    --steps ${PROBE_STEPS:-6} ${PROBE_ARGS---compile --shape 320x6:320,640,6,5,1,256} > "$RUN/probe.jsonl" 2> "$RUN/probe.log"
   echo "rc=$? $(date +%T)"; cat "$RUN/probe.jsonl"; grep -i -E "error|Traceback" "$RUN/probe.log" | tail -5
   $PY - "$RUN" <<'EOF'
 import json, sys

@@ -233,7 +233,7 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
              f"{len(files)} files, {manifest['bytes'] / 1e6:.1f} MB of code" if files else f"examples from {shards}",
              total_steps, batch_size, ranks.world, json.dumps(accelerator.describe()))
     model.train()
-    started, window, tokens_at_start = time.perf_counter(), [], tokens_seen
+    started, window, tokens_at_start, rate = time.perf_counter(), [], tokens_seen, 0.0
     cpu_started, cpu_spent = time.process_time(), 0.0  # cpu_spent: every rank's, since this start
     progress = _progress(total_steps, step, args.quiet or not ranks.is_main)
     stop = _StopRequest()
@@ -257,6 +257,8 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
         counters = {"cpuSeconds": cpu_seconds(), "answerTokens": answer_seen, **meter.counters()}
         _save_checkpoint(checkpoint, model, optimizer, generator, step, tokens_seen, counters)
         _log_line(run_dir / "log.jsonl", step=step, tokens=tokens_seen, window=window, **counters)
+        log.info("step %d: %d tokens, answer loss %.3f, %.0f tokens/s this session", step, tokens_seen,
+                 _window_means(window)["answerLoss"], rate)
 
     last_save, last_snapshot = spent(), spent() // snapshot_cpu * snapshot_cpu if snapshot_cpu else 0
     snapshot_name = "gpu" if accelerator.is_cuda else "cpu"

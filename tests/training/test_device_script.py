@@ -75,3 +75,19 @@ def test_the_gpu_script_runs_every_stage_on_a_cpu_and_what_comes_back_ships(tmp_
         [sys.executable, "-m", "dgemma_lsp.server.cli", "complete", "examples/fib.py:8:12", "--model", str(target),
          "--steps", "2", "--json"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert answer.returncode == 0, answer.stderr[-2000:]
+
+
+def test_the_probe_times_the_recipes_model_and_another_shape(tmp_path):
+    recipe = tmp_path / "rehearsal.json"
+    recipe.write_text(json.dumps(REHEARSAL))
+    done = subprocess.run([sys.executable, "bench/device/train_probe.py", str(recipe), "runs/tiny-code-cpu/tokenizer",
+                           "--device", "cpu", "--steps", "1", "--batch", "2", "--shape", "shallow:32,64,1,2,1,32"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["variant"] for line in lines] == ["recipe", "shallow"]
+    recipe_line, shallow = lines
+    assert "error" not in recipe_line and "error" not in shallow, lines
+    assert recipe_line["batch"] == 2 and recipe_line["steps"] == 1 and recipe_line["secondsPerStep"] > 0
+    assert shallow["flopParameters"] < recipe_line["flopParameters"]  # one layer of the same width instead of two
+    assert recipe_line["tflops6ND"] >= 0 and recipe_line["peakMemoryGiB"] is None  # no card to read it from

@@ -38,6 +38,7 @@ WORKERS=${WORKERS:-$(( $(nproc) > 3 ? $(nproc) - 2 : 1 ))}
 START=$(date +%s); DEADLINE=$((START + BUDGET_S)); TRAIN_END=$((DEADLINE - RESERVE_S))
 left() { echo $(( $1 - $(date +%s) )); }
 exec > >(tee -a "$OUT/log.txt") 2>&1
+TEE=$!
 echo "== train-tiny $(date -u +%FT%TZ): budget ${BUDGET_S}s, training until +$((TRAIN_END - START))s, device $DEVICE, $WORKERS workers"
 
 # 1. wheels and the package
@@ -122,3 +123,4 @@ fi
 tar -C "$RUN" -czf "$OUT/run.tgz" --exclude=model/model.safetensors --exclude=snapshots --exclude=checkpoint.pt \
   --exclude='*.tmp' .
 ls -la "$OUT"; echo "== done $(date +%T), $(( $(date +%s) - START ))s"
+exec >&- 2>&-; wait $TEE 2>/dev/null || sleep 1  # the log's last lines are in $OUT before the call returns

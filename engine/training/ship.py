@@ -64,29 +64,13 @@ def ship(run_dir: Path, snapshot: Path, target: Path) -> dict:
     return record
 
 
-CARRIED_COUNTERS = ("tokens", "answerTokens", "cpuSeconds", "gpuSeconds", "flops")
-"""What a run started from a shipped model (`train --init`) carries on from its training record: its cost."""
-
-
-def initial_state(folder: Path) -> tuple[dict, dict]:
-    """The fp32 weights of a model folder (the shipped `tiny`, a run's `model/`) and the cost its training record
-    counts, for a new run that starts from them with a fresh optimizer (`dgemma-lsp train --init`): the next GPU
-    session goes on from the last shipped weights, whose checkpoint (weights and AdamW's moments) stays behind."""
-    import torch
-    from transformers import DiffusionGemmaForBlockDiffusion
-
-    model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32)
-    record_file = folder / "training.json"
-    record = json.loads(record_file.read_text()) if record_file.exists() else {}
-    counters = {key: record[key] for key in CARRIED_COUNTERS if record.get(key) is not None}
-    return model.state_dict(), counters
-
-
 def snapshot_from_model(run_dir: Path, folder: Path | None = None) -> Path:
     """The run's exported model folder (what a GPU call brings back: bf16 weights and the training record) as a
     snapshot of the run, snapshots/gpu-NNNNNN.pt (cpu-NNNNNN.pt for a CPU run), so that validation,
     bench.tiny_code and `ship` read it as they read any snapshot. Returns its path."""
     import torch
+
+    from .train import initial_state
 
     folder = folder or run_dir / "model"
     weights, counters = initial_state(folder)
@@ -105,17 +89,13 @@ def snapshot_path(run_dir: Path, name: str | None) -> Path:
         return run_dir / name
     if name is not None:
         return run_dir / "snapshots" / name
+    from .validation import run_snapshots
+
     snapshots = run_snapshots(run_dir)
     if not snapshots:
         raise FileNotFoundError(f"{run_dir}/snapshots has no cpu-*.pt or gpu-*.pt")
     return snapshots[-1]
 
-
-def run_snapshots(run_dir: Path) -> list[Path]:
-    """A run's snapshots in the order they were taken: cpu-NNNNNN.pt (CPU-seconds), then gpu-NNNNNN.pt
-    (GPU-seconds: a run that went on on a GPU after a CPU)."""
-    folder = run_dir / "snapshots"
-    return sorted(folder.glob("cpu-*.pt")) + sorted(folder.glob("gpu-*.pt"))
 
 
 def main(argv=None) -> int:

@@ -36,7 +36,6 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from .accelerator import Accelerator, CostMeter, Deadline, active_parameters
 from .parallel import Ranks, launch
 
 log = logging.getLogger(__name__)
@@ -142,6 +141,7 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     """Train (or resume) the run; `ranks`: this process's place in a data-parallel run."""
     import torch
 
+    from .accelerator import Accelerator, CostMeter, Deadline, active_parameters
     from .corpus import collect
     from .examples import ExampleMaker
     from .objective import LMHead, collate, diffusion_loss
@@ -192,8 +192,6 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     checkpoint = run_dir / "checkpoint.pt"
     state = torch.load(checkpoint, weights_only=False, map_location="cpu") if checkpoint.exists() else {}
     if not state and getattr(args, "init", None):  # a new run from earlier weights (a fresh optimizer): issue 51
-        from .ship import initial_state
-
         weights, state = initial_state(Path(args.init))
         model.load_state_dict(weights)
         state["initFrom"] = str(args.init)
@@ -207,7 +205,7 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
         stream, end_id = ExampleStream(files, maker, seed, focus_files, data.get("focusShare", 0.0)), maker.end_id
     else:
         from .examples import end_of_turn_id
-        from .packing import ShardSource
+        from .shards import ShardSource
 
         assert ranks.world == 1, "--examples trains in one process"
         end_id = end_of_turn_id(tokenizer)
@@ -345,6 +343,24 @@ def export(model, tokenizer, folder: Path, record: dict, manifest: Path) -> None
     else:  # a GPU run whose packer was stopped before it counted the corpus: the weights still come back
         log.warning("%s is missing: the model is exported without its manifest, and ship refuses it", manifest)
     (folder / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+CARRIED_COUNTERS = ("tokens", "answerTokens", "cpuSeconds", "gpuSeconds", "flops")
+"""What a run started from a shipped model (`train --init`) carries on from its training record: its cost."""
+
+
+def initial_state(folder: Path) -> tuple[dict, dict]:
+    """The fp32 weights of a model folder (the shipped `tiny`, a run's `model/`) and the cost its training record
+    counts, for a new run that starts from them with a fresh optimizer (`dgemma-lsp train --init`): the next GPU
+    session goes on from the last shipped weights, whose checkpoint (weights and AdamW's moments) stays behind."""
+    import torch
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32)
+    record_file = folder / "training.json"
+    record = json.loads(record_file.read_text()) if record_file.exists() else {}
+    counters = {key: record[key] for key in CARRIED_COUNTERS if record.get(key) is not None}
+    return model.state_dict(), counters
 
 
 def _learning_rate(schedule: dict, step: int, total: int) -> float:

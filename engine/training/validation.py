@@ -149,6 +149,13 @@ def _decode(model, batch, canvas, cache):
     ).last_hidden_state
 
 
+def run_snapshots(run_dir: Path) -> list[Path]:
+    """A run's snapshots in the order they were taken: cpu-NNNNNN.pt (CPU-seconds), then gpu-NNNNNN.pt
+    (GPU-seconds: a run that went on on a GPU after a CPU)."""
+    folder = run_dir / "snapshots"
+    return sorted(folder.glob("cpu-*.pt")) + sorted(folder.glob("gpu-*.pt"))
+
+
 def load_weights(run_dir: Path, path: Path):
     """The run's model (recipe from its training record or checkpoint) with the weights of `path`."""
     import torch
@@ -168,7 +175,6 @@ def main(argv=None) -> int:
     import torch
 
     from .examples import end_of_turn_id
-    from .ship import run_snapshots
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("run_dirs", nargs="+", type=Path)

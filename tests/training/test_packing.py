@@ -1,4 +1,4 @@
-"""Examples cut ahead into shards (engine/training/packing.py) and a run that trains from them on a time budget:
+"""Examples cut ahead into shards (engine/training/packing.py, shards.py) and a run that trains from them on a time budget:
 shard k is the same whatever the timing, the trainer's batches hold every fresh example once in prompts of like
 length and repeat rather than wait, and a run stopped by its budget saves, snapshots, exports and starts the next
 run from its weights."""
@@ -17,13 +17,13 @@ from dgemma_lsp.engine.model.tiny_model import build_tiny_tokenizer
 from dgemma_lsp.engine.training.corpus import CodeFile
 from dgemma_lsp.engine.training.examples import ExampleMaker, end_of_turn_id
 from dgemma_lsp.engine.training.objective import collate
-from dgemma_lsp.engine.training.packing import (
+from dgemma_lsp.engine.training.packing import pack
+from dgemma_lsp.engine.training.shards import (
     BUCKET_TOKENS,
     SHARD_EXAMPLES,
     ShardSource,
     collate_arrays,
     cut_shard,
-    pack,
     read_shard,
     write_shard,
 )

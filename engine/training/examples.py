@@ -81,25 +81,46 @@ class ExampleMaker:
 
     def make(self, file: CodeFile, rng: random.Random, tries: int = 8) -> Example | None:
         """One example from `file`, or None when no hole that fits the canvas was found in `tries`."""
+        return self._from_document(SyntaxDocument(file.text, file.language), rng, tries)
+
+    def make_many(self, file: CodeFile, rng: random.Random, count: int, tries: int = 8) -> list[Example]:
+        """Up to `count` examples from `file`, its parse shared (packing.py): each as `make` would cut it.
+
+        A file's parse and its block nodes are half of what an example costs to cut (issue 51's profile);
+        the holes' own prompts are built from the text around each hole, as in `make`."""
         doc = SyntaxDocument(file.text, file.language)
+        found = []
+        for _ in range(count):
+            example = self._from_document(doc, rng, tries, incremental=True)
+            if example is None:  # `tries` holes of this file did not fit: the next ones would hardly do better
+                break
+            found.append(example)
+        return found
+
+    def _from_document(self, doc: SyntaxDocument, rng: random.Random, tries: int,
+                       incremental: bool = False) -> Example | None:
         for _ in range(tries):
             kind = rng.choices(KINDS, self.kind_weights)[0]
             hole = choose_hole(doc, kind, rng)
             if hole is None:
                 continue
-            example = self._example(doc, hole, rng)
+            example = self._example(doc, hole, rng, incremental)
             if example is not None:
                 return example
         return None
 
-    def _example(self, doc: SyntaxDocument, hole: Hole, rng: random.Random) -> Example | None:
+    def _example(self, doc: SyntaxDocument, hole: Hole, rng: random.Random, incremental: bool = False) -> Example | None:
         if hole.kind == "span":
             hole = self._fill_canvas(doc.text, hole)
         middle = doc.text[hole.start:hole.end]
         middle_ids = self.tokenizer(middle, add_special_tokens=False)["input_ids"]
         if not middle.strip() or len(middle_ids) > self.canvas_length - 1:
             return None
-        around = SyntaxDocument(doc.text[:hole.start] + doc.text[hole.end:], doc.language)
+        if incremental:  # the hole deleted from a copy of the parsed file, as an editor's keystroke is reparsed
+            around = doc.snapshot()
+            around.apply_change(hole.start, hole.end, "")
+        else:
+            around = SyntaxDocument(doc.text[:hole.start] + doc.text[hole.end:], doc.language)
         budget = rng.randint(*self.context_tokens)
         prepared = prepare_infill(around, hole.start, GenerationSettings(), budget_tokens=budget)
         # No draw when every example is natural: a recipe without the mix keeps its exact stream.
@@ -167,7 +188,17 @@ def choose_hole(doc: SyntaxDocument, kind: str, rng: random.Random) -> Hole | No
 
 
 def _block_nodes(doc: SyntaxDocument) -> list:
-    """Every node whose named children are statements, the root excepted."""
+    """Every node whose named children are statements, the root excepted (kept in the document's memo:
+    walking a big file's tree in Python costs as much as parsing it, and a file gives several holes)."""
+    memo = doc.memo.get("training.blocks")
+    if memo is not None and memo[0] == doc.revision:
+        return memo[1]
+    found = _find_block_nodes(doc)
+    doc.memo["training.blocks"] = (doc.revision, found)
+    return found
+
+
+def _find_block_nodes(doc: SyntaxDocument) -> list:
     types = BLOCK_TYPES.get(doc.language, frozenset())
     found, stack = [], [doc.tree.root_node]
     while stack:

@@ -36,7 +36,8 @@ def export_snapshot(run_dir: Path, snapshot: Path, folder: Path, prompt_layout: 
 
     model, tokenizer, recipe, state = load_weights(run_dir, snapshot)
     record = {"recipe": recipe, "snapshot": snapshot.name, "steps": state["step"], "tokens": state["tokens"],
-              "cpuSeconds": state.get("cpuSeconds"), "answerTokens": state.get("answerTokens")}
+              "cpuSeconds": state.get("cpuSeconds"), "answerTokens": state.get("answerTokens"),
+              **{key: state[key] for key in ("gpuSeconds", "flops") if key in state}}
     tokenizer.init_kwargs[MODEL_LAYOUT_KEY] = prompt_layout  # save_pretrained writes it to tokenizer_config.json
     tokenizer.init_kwargs[MODEL_CONTEXT_KEY] = max(recipe["data"]["contextTokens"])  # training drew budgets in [low, high]
     export(model, tokenizer, folder, record, run_dir / "corpus.json")
@@ -44,10 +45,15 @@ def export_snapshot(run_dir: Path, snapshot: Path, folder: Path, prompt_layout: 
 
 
 def ship(run_dir: Path, snapshot: Path, target: Path) -> dict:
-    """Replace the model folder `target` with `snapshot` of the run; refuses one over MAX_SHIPPED_BYTES."""
+    """Replace the model folder `target` with `snapshot` of the run; refuses one over MAX_SHIPPED_BYTES or one
+    without the run's corpus manifest."""
     staging = target.with_name(target.name + ".new")
     shutil.rmtree(staging, ignore_errors=True)
     record = export_snapshot(run_dir, snapshot, staging)
+    if not (staging / "corpus.json").exists():
+        shutil.rmtree(staging)
+        raise FileNotFoundError(f"{run_dir}/corpus.json is missing: a shipped model names every source it was "
+                                "trained on, with its licence")
     size = sum(path.stat().st_size for path in staging.iterdir())
     if size > MAX_SHIPPED_BYTES:
         shutil.rmtree(staging)
@@ -58,16 +64,38 @@ def ship(run_dir: Path, snapshot: Path, target: Path) -> dict:
     return record
 
 
+def snapshot_from_model(run_dir: Path, folder: Path | None = None) -> Path:
+    """The run's exported model folder (what a GPU call brings back: bf16 weights and the training record) as a
+    snapshot of the run, snapshots/gpu-NNNNNN.pt (cpu-NNNNNN.pt for a CPU run), so that validation,
+    bench.tiny_code and `ship` read it as they read any snapshot. Returns its path."""
+    import torch
+
+    from .train import initial_state
+
+    folder = folder or run_dir / "model"
+    weights, counters = initial_state(folder)
+    record = json.loads((folder / "training.json").read_text())
+    clock = "gpu" if record.get("gpuSeconds") else "cpu"
+    path = run_dir / "snapshots" / f"{clock}-{int(record.get(f'{clock}Seconds') or 0):06d}.pt"
+    path.parent.mkdir(exist_ok=True)
+    weights = {name: value.to(torch.bfloat16) if value.is_floating_point() else value for name, value in weights.items()}
+    torch.save({"model": weights, **counters, "step": record["steps"]}, path)
+    return path
+
+
 def snapshot_path(run_dir: Path, name: str | None) -> Path:
     """`name` of RUN_DIR/snapshots (the newest when None), or `checkpoint.pt` (the run's latest state)."""
     if name == "checkpoint.pt":
         return run_dir / name
     if name is not None:
         return run_dir / "snapshots" / name
-    snapshots = sorted((run_dir / "snapshots").glob("cpu-*.pt"))
+    from .validation import run_snapshots
+
+    snapshots = run_snapshots(run_dir)
     if not snapshots:
-        raise FileNotFoundError(f"{run_dir}/snapshots has no cpu-*.pt")
+        raise FileNotFoundError(f"{run_dir}/snapshots has no cpu-*.pt or gpu-*.pt")
     return snapshots[-1]
+
 
 
 def main(argv=None) -> int:
@@ -80,7 +108,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     target = args.to or shipped_tiny_dir()
     record = ship(args.run_dir, snapshot_path(args.run_dir, args.snapshot), target)
-    summary = {key: record[key] for key in ("snapshot", "steps", "tokens", "cpuSeconds", "answerTokens")}
+    summary = {key: record[key] for key in ("snapshot", "steps", "tokens", "cpuSeconds", "answerTokens", "gpuSeconds")
+               if key in record}
     sys.stderr.write(f"shipped to {target}: {json.dumps(summary)}\n")
     return 0
 

@@ -141,10 +141,12 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     """Train (or resume) the run; `ranks`: this process's place in a data-parallel run."""
     import torch
 
+    from .accelerator import Accelerator, CostMeter, Deadline, active_parameters
     from .corpus import collect
     from .examples import ExampleMaker
     from .objective import LMHead, collate, diffusion_loss
 
+    began = time.monotonic()  # the time budget and the GPU-seconds count from here (accelerator.py)
     ranks = ranks or Ranks()
     run_dir = Path(args.run_dir)
     recipe_file = run_dir / "recipe.json"
@@ -158,14 +160,18 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     torch.set_num_threads(args.threads or torch.get_num_threads())
     data, schedule = recipe["data"], recipe["train"]
 
-    files, manifest = collect(data["corpusBytes"], seed, languages=tuple(data["languages"]),
-                              held_out=tuple(data.get("heldOutSources", ())))
-    focus_files, focus_manifest = _focus_corpus(data, seed, ranks)
+    shards = getattr(args, "examples", None)  # examples cut ahead by packing.py, which read the corpus (issue 51)
+    files, focus_files = [], []
+    if shards is None:
+        files, manifest = collect(data["corpusBytes"], seed, languages=tuple(data["languages"]),
+                                  held_out=tuple(data.get("heldOutSources", ())))
+        focus_files, focus_manifest = _focus_corpus(data, seed, ranks)
     tokenizer_dir = run_dir / "tokenizer"
     if ranks.is_main:  # the others wait for its files
         run_dir.mkdir(parents=True, exist_ok=True)
         recipe_file.write_text(json.dumps(recipe, indent=1) + "\n")  # what validation.py rebuilds and a resume reads
         if not (tokenizer_dir / "tokenizer.json").exists():
+            assert shards is None, f"{tokenizer_dir} is missing: the shards were cut with a run's tokenizer"
             from ..model.tiny_model import CHAT_TEMPLATE
 
             tokenizer = train_tokenizer([f.text for f in files], data["tokenizerVocab"], CHAT_TEMPLATE)
@@ -174,42 +180,61 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    if ranks.is_main and not (run_dir / "corpus.json").exists():  # a resume keeps it: counting tokens costs a CPU-minute
+    if ranks.is_main and files and not (run_dir / "corpus.json").exists():  # a resume keeps it: a CPU-minute to count
         _write_manifest(run_dir / "corpus.json", manifest, files, tokenizer)
     if ranks.is_main and focus_files:
         _add_focus_manifest(run_dir / "corpus.json", focus_manifest, focus_files, tokenizer, data["focusShare"])
 
+    # `--device` (every subcommand's: cpu, cuda, auto) over the recipe's train.device, else the CPU
+    accelerator = Accelerator.from_recipe(schedule, getattr(args, "device", None))
     model = build_model(recipe, tokenizer, seed)
     params = sum(p.numel() for p in model.parameters())
-    maker = ExampleMaker(tokenizer, recipe["model"]["canvas"], max_prompt_tokens=data["maxPromptTokens"],
-                         context_tokens=tuple(data["contextTokens"]),
-                         suffix_first_share=data.get("suffixFirstShare", 0.0), kind_weights=data.get("kindWeights"))
-    stream = ExampleStream(files, maker, seed, focus_files, data.get("focusShare", 0.0))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=schedule["lr"], betas=(0.9, 0.95),
-                                  weight_decay=schedule["weightDecay"])
-    step, tokens_seen, answer_seen, cpu_before = 0, 0, 0, 0.0
     checkpoint = run_dir / "checkpoint.pt"
-    generator = torch.Generator().manual_seed(seed)
-    if checkpoint.exists():
-        state = torch.load(checkpoint, weights_only=False)
+    state = torch.load(checkpoint, weights_only=False, map_location="cpu") if checkpoint.exists() else {}
+    if not state and getattr(args, "init", None):  # a new run from earlier weights (a fresh optimizer): issue 51
+        weights, state = initial_state(Path(args.init))
+        model.load_state_dict(weights)
+        state["initFrom"] = str(args.init)
+    if "model" in state:
         model.load_state_dict(state["model"])
+    model = accelerator.prepare(model)
+    if shards is None:
+        maker = ExampleMaker(tokenizer, recipe["model"]["canvas"], max_prompt_tokens=data["maxPromptTokens"],
+                             context_tokens=tuple(data["contextTokens"]), suffix_first_share=data.get("suffixFirstShare", 0.0),
+                             kind_weights=data.get("kindWeights"))
+        stream, end_id = ExampleStream(files, maker, seed, focus_files, data.get("focusShare", 0.0)), maker.end_id
+    else:
+        from .examples import end_of_turn_id
+        from .shards import ShardSource
+
+        assert ranks.world == 1, "--examples trains in one process"
+        end_id = end_of_turn_id(tokenizer)
+        source = ShardSource(Path(shards), schedule["batch"], tokenizer.pad_token_id, end_id, seed)
+    optimizer = accelerator.optimizer(model.parameters(), lr=schedule["lr"], betas=(0.9, 0.95),
+                                      weight_decay=schedule["weightDecay"])
+    step, tokens_seen = state.get("step", 0), state.get("tokens", 0)
+    answer_seen, cpu_before = state.get("answerTokens", 0), state.get("cpuSeconds", 0.0)
+    generator = accelerator.generator(seed)
+    if "optimizer" in state:
         optimizer.load_state_dict(state["optimizer"])
-        generator.set_state(state["generator"])
-        step, tokens_seen = state["step"], state["tokens"]
-        answer_seen, cpu_before = state.get("answerTokens", 0), state.get("cpuSeconds", 0.0)
+        accelerator.restore_generator(generator, state["generator"], seed * 1_000_003 + step)
         log.info("resumed %s at step %d", run_dir, step)
     if not ranks.is_main:  # the checkpoint keeps rank 0's noise; another rank's is seeded by rank and start
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + 7_919 * ranks.rank + step)
+        generator = accelerator.generator(seed * 1_000_003 + 7_919 * ranks.rank + step)
+    meter = CostMeter(accelerator, active_parameters(model), gpu_seconds=state.get("gpuSeconds", 0.0),
+                      flops=state.get("flops", 0.0), started=began)
+    deadline = Deadline(getattr(args, "seconds", None) or schedule.get("maxWallS"), started=began)
     total_steps = schedule["steps"]
     batch_size = schedule["batch"]
-    log.info("model: %.2fM parameters; %d files, %.1f MB of code; %d steps of %d examples in %d process(es)",
-             params / 1e6, len(files), manifest["bytes"] / 1e6, total_steps, batch_size, ranks.world)
+    log.info("model: %.2fM parameters (%.2fM a token); %s; %d steps of %d examples in %d process(es); %s",
+             params / 1e6, meter.flop_parameters / 1e6,
+             f"{len(files)} files, {manifest['bytes'] / 1e6:.1f} MB of code" if files else f"examples from {shards}",
+             total_steps, batch_size, ranks.world, json.dumps(accelerator.describe()))
     model.train()
-    started, window, tokens_at_start = time.perf_counter(), [], tokens_seen
+    started, window, tokens_at_start, rate = time.perf_counter(), [], tokens_seen, 0.0
     cpu_started, cpu_spent = time.process_time(), 0.0  # cpu_spent: every rank's, since this start
     progress = _progress(total_steps, step, args.quiet or not ranks.is_main)
     stop = _StopRequest()
-    end_id = maker.end_id
     draws, pad_weight = schedule.get("draws", 1), schedule.get("padWeight", 1.0)
     head = LMHead(model, compiled=schedule.get("compiledHead", False))
     every_cpu, snapshot_cpu = schedule.get("checkpointEveryCpuS"), schedule.get("snapshotEveryCpuS")
@@ -217,33 +242,47 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     def cpu_seconds() -> float:
         return cpu_before + cpu_spent
 
+    def costs() -> dict:
+        return {"cpuSeconds": cpu_seconds(), **meter.counters()}
+
+    def spent() -> float:  # what the checkpoint and snapshot periods count: GPU-seconds on a GPU
+        return meter.gpu_seconds() if accelerator.is_cuda else cpu_seconds()
+
     def save() -> None:
         ranks.check_in_step(model.parameters())
         if not ranks.is_main:
             return
-        counters = {"cpuSeconds": cpu_seconds(), "answerTokens": answer_seen}
+        counters = {"cpuSeconds": cpu_seconds(), "answerTokens": answer_seen, **meter.counters()}
         _save_checkpoint(checkpoint, model, optimizer, generator, step, tokens_seen, counters)
         _log_line(run_dir / "log.jsonl", step=step, tokens=tokens_seen, window=window, **counters)
+        log.info("step %d: %d tokens, answer loss %.3f, %.0f tokens/s this session", step, tokens_seen,
+                 _window_means(window)["answerLoss"], rate)
 
-    last_save, last_snapshot = cpu_seconds(), cpu_seconds() // snapshot_cpu * snapshot_cpu if snapshot_cpu else 0
+    last_save, last_snapshot = spent(), spent() // snapshot_cpu * snapshot_cpu if snapshot_cpu else 0
+    snapshot_name = "gpu" if accelerator.is_cuda else "cpu"
     if snapshot_cpu and step == 0 and ranks.is_main:
-        _save_snapshot(run_dir, model, 0.0, step, tokens_seen, answer_seen)
-    while step < total_steps:
+        _save_snapshot(run_dir, model, spent(), step, tokens_seen, answer_seen, snapshot_name, costs())
+    while step < total_steps and deadline.allows_step(step):
         if ranks.any(stop.requested):  # Ctrl-C or SIGTERM: keep what was learned, resume later
             save()
             progress.close()
             log.info("stopped at step %d; checkpoint saved, run the same command to resume", step)
             return 130
-        examples = [stream.example(step * batch_size + k) for k in ranks.share(batch_size)]
-        batch = collate([e.prompt_ids for e in examples], [e.canvas_ids for e in examples], tokenizer.pad_token_id,
-                        end_id)
+        if shards is None:
+            examples = [stream.example(step * batch_size + k) for k in ranks.share(batch_size)]
+            batch = collate([e.prompt_ids for e in examples], [e.canvas_ids for e in examples],
+                            tokenizer.pad_token_id, end_id)
+        else:
+            batch = source.next_batch()
+        batch = accelerator.to_device(batch)
         for group in optimizer.param_groups:
-            group["lr"] = _learning_rate(schedule, step, total_steps)
-        parts = diffusion_loss(model, batch, generator, self_conditioning=schedule["selfConditioning"],
-                               encoder_loss_weight=schedule["encoderLossWeight"], eps=schedule["eps"],
-                               draws=draws, pad_weight=pad_weight, noise_floor=schedule.get("noiseFloor", 0.0),
-                               answer_encoder_weight=schedule.get("answerEncoderWeight", 0.0),
-                               clean_weight=schedule.get("cleanWeight", 1.0), head=head)
+            group["lr"] = _learning_rate(schedule, step, deadline.lr_total(step, total_steps))
+        with accelerator.autocast():
+            parts = diffusion_loss(model, batch, generator, self_conditioning=schedule["selfConditioning"],
+                                   encoder_loss_weight=schedule["encoderLossWeight"], eps=schedule["eps"],
+                                   draws=draws, pad_weight=pad_weight, noise_floor=schedule.get("noiseFloor", 0.0),
+                                   answer_encoder_weight=schedule.get("answerEncoderWeight", 0.0),
+                                   clean_weight=schedule.get("cleanWeight", 1.0), head=head)
         optimizer.zero_grad(set_to_none=True)
         parts.total.backward()
         ranks.average_gradients(model.parameters())
@@ -257,26 +296,32 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
              parts.answer_loss, parts.answer_accuracy, parts.answer_encoder])
         tokens_seen += int(tokens)
         answer_seen += int(answers)
+        meter.add_tokens(int(tokens))
+        deadline.step_done(step)
         window = (window + [tuple(loss / ranks.world for loss in losses)])[-50:]  # floats: no graph kept
         rate = (tokens_seen - tokens_at_start) / max(time.perf_counter() - started, 1e-9)  # this session's rate
         progress.update(step, parts, rate, cpu_seconds())
-        now = cpu_seconds()
+        now = spent()
         if snapshot_cpu and now - last_snapshot >= snapshot_cpu:
             last_snapshot = now // snapshot_cpu * snapshot_cpu
             if ranks.is_main:
-                _save_snapshot(run_dir, model, now, step, tokens_seen, answer_seen)
+                _save_snapshot(run_dir, model, now, step, tokens_seen, answer_seen, snapshot_name, costs())
         due = now - last_save >= every_cpu if every_cpu else step % schedule["checkpointEvery"] == 0
-        if due or step == total_steps:
+        if due or step == total_steps or not deadline.allows_step(step):
             save()
             last_save = now
     progress.close()
     if not ranks.is_main:
         return 0
-    if snapshot_cpu and step == total_steps:  # the model the schedule ends with, on the per-CPU-hour curve too
-        _save_snapshot(run_dir, model, cpu_seconds(), step, tokens_seen, answer_seen)
+    if snapshot_cpu and (step == total_steps or deadline.ended):  # the model the schedule ends with, on the curve too
+        _save_snapshot(run_dir, model, spent(), step, tokens_seen, answer_seen, snapshot_name, costs())
     record = {
         "recipe": recipe, "steps": step, "tokens": tokens_seen, "parameters": params,
         "cpuSeconds": cpu_seconds(), "answerTokens": answer_seen, "finalLoss": _window_means(window),
+        **meter.counters(), "flopParameters": meter.flop_parameters, **accelerator.describe(),
+        "stoppedBy": "time" if deadline.ended else "steps",
+        **({"examples": source.counters()} if shards is not None else {}),
+        **({"initFrom": state["initFrom"]} if "initFrom" in state else {}),
     }
     export(model, tokenizer, run_dir / "model", record, run_dir / "corpus.json")
     log.info("done: %s", json.dumps(record["finalLoss"]))
@@ -293,8 +338,29 @@ def export(model, tokenizer, folder: Path, record: dict, manifest: Path) -> None
     model.to(torch.bfloat16).save_pretrained(folder)
     model.to(torch.float32)
     tokenizer.save_pretrained(folder)
-    shutil.copy(manifest, folder / "corpus.json")
+    if manifest.exists():
+        shutil.copy(manifest, folder / "corpus.json")
+    else:  # a GPU run whose packer was stopped before it counted the corpus: the weights still come back
+        log.warning("%s is missing: the model is exported without its manifest, and ship refuses it", manifest)
     (folder / "training.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+CARRIED_COUNTERS = ("tokens", "answerTokens", "cpuSeconds", "gpuSeconds", "flops")
+"""What a run started from a shipped model (`train --init`) carries on from its training record: its cost."""
+
+
+def initial_state(folder: Path) -> tuple[dict, dict]:
+    """The fp32 weights of a model folder (the shipped `tiny`, a run's `model/`) and the cost its training record
+    counts, for a new run that starts from them with a fresh optimizer (`dgemma-lsp train --init`): the next GPU
+    session goes on from the last shipped weights, whose checkpoint (weights and AdamW's moments) stays behind."""
+    import torch
+    from transformers import DiffusionGemmaForBlockDiffusion
+
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32)
+    record_file = folder / "training.json"
+    record = json.loads(record_file.read_text()) if record_file.exists() else {}
+    counters = {key: record[key] for key in CARRIED_COUNTERS if record.get(key) is not None}
+    return model.state_dict(), counters
 
 
 def _learning_rate(schedule: dict, step: int, total: int) -> float:
@@ -314,28 +380,32 @@ def _save_checkpoint(path: Path, model, optimizer, generator, step: int, tokens:
     import torch
 
     optimizer_state = optimizer.state_dict()
-    optimizer_state["state"] = {
-        index: {key: value.to(torch.bfloat16) if key != "step" and value.is_floating_point() else value
+    optimizer_state["state"] = {  # on the CPU: a GPU run's checkpoint loads anywhere
+        index: {key: value.to("cpu", torch.bfloat16) if key != "step" and value.is_floating_point() else value.cpu()
                 for key, value in moments.items()}
         for index, moments in optimizer_state["state"].items()
     }
     staging = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": optimizer_state,
+    weights = {name: value.detach().cpu() for name, value in model.state_dict().items()}
+    torch.save({"model": weights, "optimizer": optimizer_state,
                 "generator": generator.get_state(), "step": step, "tokens": tokens, **(counters or {})}, staging)
     staging.replace(path)  # a run killed mid-save keeps the previous checkpoint
 
 
-def _save_snapshot(run_dir: Path, model, cpu: float, step: int, tokens: int, answer_tokens: int) -> None:
-    """The weights alone (bf16: half the size), named by the CPU-seconds spent, for a per-CPU-hour curve."""
+def _save_snapshot(run_dir: Path, model, cpu: float, step: int, tokens: int, answer_tokens: int,
+                   clock: str = "cpu", counters: dict | None = None) -> None:
+    """The weights alone (bf16: half the size), named by the seconds spent (`clock`: cpu-NNNNNN.pt by CPU-seconds,
+    gpu-NNNNNN.pt by GPU-seconds), for a curve of quality per hour; `counters`: the run's cost so far (its
+    CPU-seconds, the CostMeter's GPU-seconds and FLOPs)."""
     import torch
 
     folder = run_dir / "snapshots"
     folder.mkdir(exist_ok=True)
-    path = folder / f"cpu-{int(cpu):06d}.pt"
-    weights = {name: value.to(torch.bfloat16) if value.is_floating_point() else value
+    path = folder / f"{clock}-{int(cpu):06d}.pt"
+    weights = {name: value.to("cpu", torch.bfloat16) if value.is_floating_point() else value.cpu()
                for name, value in model.state_dict().items()}
-    torch.save({"model": weights, "cpuSeconds": cpu, "step": step, "tokens": tokens, "answerTokens": answer_tokens},
-               path.with_suffix(".tmp"))
+    torch.save({"model": weights, "cpuSeconds": cpu, **(counters or {}), "step": step, "tokens": tokens,
+                "answerTokens": answer_tokens}, path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)
 
 
@@ -347,8 +417,9 @@ def _window_means(window) -> dict:
     return means
 
 
-def _log_line(path: Path, *, step: int, tokens: int, window, cpuSeconds: float, answerTokens: int) -> None:  # noqa: N803
-    line = {"step": step, "cpuSeconds": round(cpuSeconds, 1), "tokens": tokens, "answerTokens": answerTokens,
+def _log_line(path: Path, *, step: int, tokens: int, window, cpuSeconds: float, answerTokens: int,  # noqa: N803
+              **cost) -> None:
+    line = {"step": step, "cpuSeconds": round(cpuSeconds, 1), "tokens": tokens, "answerTokens": answerTokens, **cost,
             "wallClock": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **_window_means(window)}
     with path.open("a") as file:
         file.write(json.dumps(line) + "\n")
@@ -455,3 +526,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--procs", type=int, default=1,
                         help="data-parallel processes, each with its share of every batch (default 1)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--seconds", type=float, help="a time budget in wall seconds: the run saves and exports "
+                        "its model before it is spent, and its learning rate's cosine ends there (default: the "
+                        "recipe's train.maxWallS, else none)")
+    parser.add_argument("--examples", help="a folder of example shards that `python -m "
+                        "dgemma_lsp.engine.training.packing` writes as the run goes, instead of cutting them here")
+    parser.add_argument("--init", help="a model folder (e.g. the shipped tiny model) whose weights a new run "
+                        "starts from, with a fresh optimizer; its training.json's cost is carried on")

@@ -70,7 +70,9 @@ def validation_examples(tokenizer, canvas_length: int, held_out: tuple[str, ...]
 
 
 def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> dict:
-    """Answer accuracy and loss at each noise level, and exact answers at t = 1 (model in eval mode)."""
+    """Answer accuracy and loss at each noise level, and exact answers at t = 1 (model in eval mode).
+
+    On the model's device; the noise is drawn on the CPU from the fixed seeds, so a GPU scores the same canvases."""
     import torch
     import torch.nn.functional as F
     from transformers import DynamicCache
@@ -79,6 +81,7 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
     from .objective import answer_encoder_loss, collate, softcapped_logits
 
     model.eval()
+    device = model.device
     vocab = model.config.text_config.vocab_size
     generator = torch.Generator().manual_seed(VALIDATION_SEED)
     sums = {t: [0.0, 0, 0] for t in NOISE_LEVELS}  # loss sum, hits, positions
@@ -89,6 +92,8 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
         for start in range(0, len(examples), batch_size):
             rows = examples[start:start + batch_size]
             batch = collate([e.prompt_ids for e in rows], [e.canvas_ids for e in rows], pad_id, end_id)
+            batch = type(batch)(*(tensor.to(device) for tensor in
+                                  (batch.prompt_ids, batch.prompt_mask, batch.canvas_ids, batch.answer_mask)))
             positions = (batch.prompt_mask.cumsum(-1) - 1).clamp(min=0)
             cache = DynamicCache(config=model.config.text_config)
             encoded = model.model.encoder(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask,
@@ -101,8 +106,8 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
                 model.model.encoder(input_ids=batch.prompt_ids, attention_mask=batch.prompt_mask,
                                     position_ids=positions, **with_cache(cache), use_cache=True)
                 shape = batch.canvas_ids.shape
-                corrupt = torch.rand(shape, generator=generator) < t
-                noise = torch.randint(0, vocab, shape, generator=generator)
+                corrupt = (torch.rand(shape, generator=generator) < t).to(device)
+                noise = torch.randint(0, vocab, shape, generator=generator).to(device)
                 canvas = torch.where(corrupt, noise, batch.canvas_ids)
                 logits = softcapped_logits(model, _decode(model, batch, canvas, cache))
                 losses = F.cross_entropy(logits.reshape(-1, vocab), batch.canvas_ids.reshape(-1),
@@ -115,8 +120,8 @@ def score(model, examples, pad_id: int, end_id: int, batch_size: int = 16) -> di
                 if t == 1.0:
                     exact += int((hits | ~answer).all(-1).sum())
             # Left to right: the decoder never writes the cache, so one encoding serves every k.
-            noise = torch.randint(0, vocab, batch.canvas_ids.shape, generator=left_generator)
-            answer, columns = batch.answer_mask, torch.arange(batch.canvas_ids.shape[1])
+            noise = torch.randint(0, vocab, batch.canvas_ids.shape, generator=left_generator).to(device)
+            answer, columns = batch.answer_mask, torch.arange(batch.canvas_ids.shape[1], device=device)
             for k in range(int(answer.sum(-1).max())):
                 canvas = torch.where(columns < k, batch.canvas_ids, noise)
                 guess = softcapped_logits(model, _decode(model, batch, canvas, cache)[:, k]).argmax(-1)
@@ -140,8 +145,15 @@ def _decode(model, batch, canvas, cache):
     return model.model.decoder(
         decoder_input_ids=canvas, **with_cache(cache),
         decoder_attention_mask=torch.cat([batch.prompt_mask, torch.ones_like(canvas)], -1),
-        decoder_position_ids=batch.prompt_mask.sum(-1, keepdim=True) + torch.arange(canvas.shape[1]),
+        decoder_position_ids=batch.prompt_mask.sum(-1, keepdim=True) + torch.arange(canvas.shape[1], device=canvas.device),
     ).last_hidden_state
+
+
+def run_snapshots(run_dir: Path) -> list[Path]:
+    """A run's snapshots in the order they were taken: cpu-NNNNNN.pt (CPU-seconds), then gpu-NNNNNN.pt
+    (GPU-seconds: a run that went on on a GPU after a CPU)."""
+    folder = run_dir / "snapshots"
+    return sorted(folder.glob("cpu-*.pt")) + sorted(folder.glob("gpu-*.pt"))
 
 
 def load_weights(run_dir: Path, path: Path):
@@ -168,8 +180,10 @@ def main(argv=None) -> int:
     parser.add_argument("run_dirs", nargs="+", type=Path)
     parser.add_argument("--holes", type=int, default=300)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="where to score (cuda: the same figures, faster)")
     parser.add_argument("--latest", action="store_true", help="score only the newest snapshot of each run")
-    parser.add_argument("--upto", type=float, help="score only snapshots of at most this many CPU-seconds")
+    parser.add_argument("--upto", type=float, help="score only snapshots of at most this many CPU-seconds "
+                        "(GPU-seconds for a GPU run's gpu-NNNNNN.pt)")
     parser.add_argument("--layout", choices=("natural", "suffix-first"), default="natural",
                         help="the prompt layout of the holes (suffix-first: into validation-suffix-first.jsonl)")
     parser.add_argument("--set", choices=("held-out", "focus"), default="held-out",
@@ -187,7 +201,7 @@ def main(argv=None) -> int:
         name = "validation" + ("-focus" if args.set == "focus" else "")
         out = run_dir / (f"{name}.jsonl" if args.layout == "natural" else f"{name}-{args.layout}.jsonl")
         done = {json.loads(line)["snapshot"] for line in out.read_text().splitlines()} if out.exists() else set()
-        snapshots = sorted((run_dir / "snapshots").glob("cpu-*.pt"))
+        snapshots = run_snapshots(run_dir)
         if args.upto is not None:
             snapshots = [s for s in snapshots if int(s.stem.split("-")[1]) <= args.upto]
         for snapshot in snapshots[-1:] if args.latest else snapshots:
@@ -203,10 +217,13 @@ def main(argv=None) -> int:
                 if args.layout != "natural":  # how many are the natural layout's holes, in order
                     natural = validation_examples(*holes, python_path=focus_path)
                     same[key] = sum(a.middle == b.middle for a, b in zip(natural, cached[key], strict=True))
-            figures = score(model, cached[key], tokenizer.pad_token_id, end_of_turn_id(tokenizer))
+            if args.device != "cpu":  # fp32 weights: CUDA's grouped GEMM takes bf16 only (accelerator.py)
+                model.set_experts_implementation("eager")
+            figures = score(model.to(args.device), cached[key], tokenizer.pad_token_id, end_of_turn_id(tokenizer))
             if key in same:
                 figures["sameHolesAsNatural"] = same[key]
-            line = {"snapshot": snapshot.name, "cpuSeconds": round(state["cpuSeconds"], 1), "step": state["step"],
+            line = {"snapshot": snapshot.name, "cpuSeconds": round(state.get("cpuSeconds") or 0.0, 1),
+                    **{key: state[key] for key in ("gpuSeconds", "flops") if key in state}, "step": state["step"],
                     "answerTokens": state["answerTokens"], **figures,
                     "scoreCpuSeconds": round(time.process_time() - started, 1)}
             with out.open("a") as file:

@@ -1,8 +1,8 @@
 """A training step on fake CUDA tensors (no GPU, no driver): the trainer's CUDA path runs as it would on a card.
 
-Needs torch's CUDA build (`make dryrun`'s `.venv-cuda`; the CPU suite skips the module):
+Runs in `make dryrun` (`.venv-cuda`: torch's CUDA build; the CPU suite skips the module); by hand:
 `PYTHONPATH=<a folder whose dgemma_lsp links to this checkout> .venv-cuda/bin/python -m pytest
-tests/training/test_training_on_fake_cuda.py`. The model is moved to a virtual H100 (accelerator.prepare), a
+tests/dryrun/test_training_step.py`. The model is moved to a virtual H100 (accelerator.prepare), a
 batch is copied there, the loss runs under bf16 autocast (torch disables CUDA autocast without a driver; its two
 availability checks are answered here), then clipping and the fused AdamW step (backward needs the driver: zeros
 stand in for the gradients). FakeTensor raises on any

@@ -321,7 +321,7 @@ def expert_gemm_kernel(
         out_rows = rows
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_valid = offs_n < N
-    INT4: tl.constexpr = WEIGHTS == 1 or WEIGHTS == 3
+    INT4: tl.constexpr = WEIGHTS % 2 == 1  # codes 1 (int4) and 3 (int4-affine)
     SUB_K: tl.constexpr = 16 if INT4 else BLOCK_K  # inputs per dot
     W_STEP: tl.constexpr = 16 if INT4 else BLOCK_K  # stored elements per K step along a row
     offs_k = tl.arange(0, SUB_K)

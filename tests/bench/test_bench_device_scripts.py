@@ -21,11 +21,18 @@ def _run(script: str, *args: str) -> str:
 
 
 def test_the_launch_sweep_changes_only_the_launch_not_the_answer():
-    out = _run("sweep_moe.py", "int4", "--shape", "tiny", "--seconds", "8")
+    out = _run("moe_kernels.py", "sweep", "--modes", "int4", "--shape", "tiny", "--seconds", "8")
     assert "int4 default:" in out
     differences = [float(d) for d in re.findall(r"diff (\S+)", out)]
     assert differences, out
     assert max(differences) < 1e-3, out  # another tiling sums in another order, nothing more
+
+
+def test_the_kernel_check_passes_every_product_variant_against_its_references():
+    out = _run("moe_kernels.py", "check", "--shape", "tiny", "--variants", "product")
+    for variant in ("int4", "int8", "fp8"):  # w8a8 for int8 and fp8 on CPU
+        assert re.search(rf"^{variant}: rel.err vs its fp32 reference \S+ .*: ok$", out, re.M), out
+    assert out.rstrip().endswith("check: PASS"), out
 
 
 def test_the_step_profile_times_the_step_and_names_the_operators():

@@ -116,26 +116,28 @@ def launch_settings(**overrides):
 def launch_settings_for(n: int, block_m: int) -> LaunchSettings:
     """The settings a launch uses: the context's overrides over the heuristic.
 
-    Heuristic: swap when a row block is small (an expert's ~16 pairs), 64 weight rows per program
-    (one Hopper warpgroup's MMA M); the interpreter's cost grows with tile size, so tiny tiles there.
+    Heuristic: tokens on the MMA's N side and 64 weight rows per program (one Hopper warpgroup's
+    MMA M); 8 warps from 64-row blocks (4 candidates), where 4 warps spill on sm_89 / sm_120
+    (bench/device/compile_kernels.py). The interpreter's cost grows with tile size: tiny tiles there.
     """
     chosen = _SETTINGS.get() or LaunchSettings()
-    if interpreting():
-        block_n = 32 if n >= 32 else _MIN_DOT
-    else:
-        block_n = 64 if block_m <= 32 else 128 if n >= 2048 else 64
+    block_n = (32 if n >= 32 else _MIN_DOT) if interpreting() else 64
     return LaunchSettings(
         block_n=chosen.block_n or block_n,
-        swap=block_m <= 32 if chosen.swap is None else chosen.swap,
+        swap=True if chosen.swap is None else chosen.swap,
         asm=(not interpreting()) if chosen.asm is None else chosen.asm,
-        num_warps=chosen.num_warps or 4,
+        num_warps=chosen.num_warps or (8 if block_m >= 64 else 4),
         num_stages=chosen.num_stages,
     )
 
 
 def block_k_for(group: int) -> int | None:
-    """Largest power-of-two K step <= 128 that divides the scale group (one scale per step), or None."""
-    block = 128
+    """The 8-bit K step: largest power of two <= 64 dividing the scale group (one weight scale per step), or None.
+
+    Also w8a8's activation group (one activation scale per row per step). 128 spills at 64-row blocks
+    on sm_89 / sm_120 (bench/device/compile_kernels.py).
+    """
+    block = 64
     while block >= _MIN_DOT:
         if group % block == 0:
             return block
@@ -345,6 +347,21 @@ def _expert_gemm_op(
 ) -> torch.Tensor:
     """One launch of `expert_gemm_kernel`; routed when `sorted_pairs` is given, routing-weighted (fp32
     atomic top-k sums into `out_rows` rows) when `route_weights` is. Returns out `[out_rows, n]`."""
+    out = _gemm_output(a, out_rows, n, route_weights is not None)
+    grid, args, kwargs = expert_gemm_launch(
+        a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows=num_rows, n=n,
+        a_row_div=a_row_div, out_row_div=out_row_div, block_m=block_m, weights=weights, activations=activations,
+        gated=gated,
+    )  # fmt: skip
+    _launch(expert_kernels.expert_gemm_kernel, grid, *args, **kwargs)
+    return out
+
+
+def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, *, num_rows: int,
+                       n: int, a_row_div: int, out_row_div: int, block_m: int, weights: str, activations: str,
+                       gated: bool) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
+    """(grid, arguments, keyword arguments) of one `expert_gemm_kernel` launch; reads only shapes and strides,
+    so `bench/device/compile_kernels.py` builds the same launch from meta tensors to compile it ahead of time."""
     routed = sorted_pairs is not None
     route_weighted = route_weights is not None
     int4 = weights in ("int4", "int4-affine")
@@ -361,14 +378,12 @@ def _expert_gemm_op(
     else:
         block_k = block_k_for(group)
         assert block_k is not None, f"K={k} with group {group} has no K step >= {_MIN_DOT}"
-    out = _gemm_output(a, out_rows, n, route_weighted)
     settings = launch_settings_for(n, block_m)
     assert settings.asm is False or not interpreting(), "the interpreter cannot run inline PTX"
     row_blocks = block_experts.numel() if routed else -(-num_rows // block_m)
     dummy = out  # pointer arguments a launch never reads
     extra = {} if settings.num_stages is None else {"num_stages": settings.num_stages}
-    _launch(
-        expert_kernels.expert_gemm_kernel, (row_blocks * -(-n // settings.block_n),),
+    args = (
         a, w, s, m if m is not None else dummy, out,
         sorted_pairs if routed else dummy,
         block_experts if routed else dummy,
@@ -377,6 +392,8 @@ def _expert_gemm_op(
         num_rows, n, k, a_row_div, out_row_div,
         a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2),
         s.stride(0), s.stride(1), s.stride(2), out.stride(0), out.stride(1),
+    )  # fmt: skip
+    kwargs = dict(
         GROUP=group, WEIGHTS=expert_kernels.WEIGHT_CODES[weights],
         ACTIVATIONS=expert_kernels.ACTIVATION_CODES[activations],
         ROUTED=routed, GATED=gated, ROUTE_WEIGHTED=route_weighted,
@@ -385,7 +402,7 @@ def _expert_gemm_op(
         BLOCK_M=block_m, BLOCK_N=settings.block_n, BLOCK_K=block_k,
         num_warps=settings.num_warps, **extra,
     )  # fmt: skip
-    return out
+    return (row_blocks * -(-n // settings.block_n),), args, kwargs
 
 
 @_expert_gemm_op.register_fake

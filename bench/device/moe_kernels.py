@@ -10,8 +10,9 @@ Run from the repository root (bench/device/README.md), one stage per call so eac
   copy rate), eager ms; a row per variant as it comes.
 - `profile`: torch.profiler over eager forwards of the product variants: the device kernels one layer
   launches, their count and device time (gate_up vs down vs routing vs the rest).
-- `sweep`: the product int4 (and w8a8) GEMMs under a grid of launch settings (BLOCK_N, swap, warps,
-  stages) in a seeded random order until `--seconds`; the fastest with their difference from the default.
+- `sweep`: the product int4 (and w8a8) layer under a grid of launch settings (BLOCK_M, BLOCK_N, swap,
+  warps, stages) in a seeded random order until `--seconds`; the fastest with their difference from
+  the default.
 
 On CPU (`--shape tiny`, TRITON_INTERPRET=1) every stage runs its plumbing with nan times and no PTX
 (tests/bench/test_bench_device_scripts.py). Stdout only; nothing else is written.
@@ -174,7 +175,7 @@ def stage_profile(args) -> None:
 def stage_sweep(args) -> None:
     device, experts, inputs = setup(args.shape, 256)
     deadline = time.time() + args.seconds
-    grid = list(itertools.product((32, 64, 128), (True, False), (4, 8), (2, 3, 4)))
+    grid = list(itertools.product((16, 32, 64), (32, 64, 128), (True, False), (4, 8), (2, 3, 4)))
     random.Random(0).shuffle(grid)
     for mode in args.modes.split(","):
         module = packed_modes(experts, [mode])[mode].module
@@ -186,20 +187,22 @@ def stage_sweep(args) -> None:
             reference = forward().float()
             say(f"{mode} default: {moe.graph_ms(forward, device, 10) or math.nan:.3f} ms/layer")
             results = []
-            for block_n, swap, warps, stages in grid:
+            for block_m, block_n, swap, warps, stages in grid:
                 if time.time() > deadline:
                     say(f"{mode}: stopped at the deadline after {len(results)} configs")
                     break
+                config = dict(block_m=block_m, block_n=block_n, swap=swap, num_warps=warps, num_stages=stages)
                 try:
-                    with fused_moe.launch_settings(block_n=block_n, swap=swap, num_warps=warps, num_stages=stages):
+                    with fused_moe.launch_settings(**config):
                         difference = float((forward().float() - reference).abs().max() / reference.abs().max())
                         ms = moe.graph_ms(forward, device, 10) or math.nan
-                    results.append((ms, (block_n, swap, warps, stages), difference))
+                    results.append((ms, config, difference))
+                    say(f"  {mode} {ms:.3f} ms {config} diff {difference:.1e}")
                 except Exception as error:  # a config Triton cannot build (shared memory, say) is skipped
-                    say(f"  {(block_n, swap, warps, stages)}: {type(error).__name__}: {str(error)[:120]}")
-            for ms, (block_n, swap, warps, stages), difference in sorted(results, key=lambda r: r[0])[:10]:
-                say(f"  {mode} {ms:.3f} ms  BLOCK_N={block_n} swap={swap} warps={warps} stages={stages}  "
-                    f"diff {difference:.1e}")  # fmt: skip
+                    say(f"  {config}: {type(error).__name__}: {str(error)[:120]}")
+            say(f"{mode} fastest:")
+            for ms, config, difference in sorted(results, key=lambda r: r[0])[:8]:
+                say(f"  {mode} {ms:.3f} ms  {config}  diff {difference:.1e}")
 
 
 def main() -> int:

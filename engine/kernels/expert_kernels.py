@@ -29,8 +29,10 @@ block of BLOCK_N output columns), and why:
   int8 / e4m3 weight bytes go into the MMA as they are loaded: no weight
   conversion at all. The partial sum is scaled by the row's activation scale
   and the column's weight scale. Finer than vLLM's per-token scales (one per
-  K step, 64-128 inputs), in-kernel so no extra launch and no extra read.
-  int8 MMA runs on every card we target (sm80+); fp8 needs sm89+.
+  K step of 64 inputs), in-kernel so no extra launch and no extra read.
+  int8 MMA runs on every card we target (sm80+); fp8 needs sm89+. Measured
+  on the tiny layer (bench moe, CPU): error against the unquantized weights
+  int8 1.0% -> 1.6%, fp8 4.3% -> 6.0% (int4: 18.5%).
 - w8a16 (`ACTIVATIONS` 0 with int8 / fp8 weights): the first generation's
   conversion through fp32, kept for cards without fp8 MMA and for A/B.
 - `SWAP`: tokens on the MMA's N side. An expert gets ~16 rows at a 256-token

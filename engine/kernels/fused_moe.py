@@ -20,17 +20,23 @@ bits of a CUDA result depend on scheduling order (top_k fp32 adds per element).
 
 Floors of one layer of the full model (128 experts, top-8, hidden 2816,
 width 704; every expert is read at a 256-token canvas), weights + scales
-read once at the H200's measured 4.1 TB/s: bf16 0.370 ms, fp8 / int8 0.191,
-int4 0.095. The GEMM work (2 x 2048 pairs x 5.95 M MACs = 24.4 GFLOP) is
-~0.03 ms of bf16 tensor-core time, so the layer is memory-bound if the
-unpacking keeps up: the first-generation int4 kernel spent ~20 integer/fp32
-instructions per weight (1.745 ms, 18.3x floor); the magic-number unpack
-spends about one per weight (lop3 + fma on bf16 pairs, plus a shift per
-code), ~0.76 G instructions a layer, ~0.02 ms of the H200's integer rate.
-Predicted (not yet measured): int4 0.15-0.25 ms, w8a8 0.22-0.30 ms at 256
-tokens; at 1,024 tokens the MMA work is 4x and block_m 64, ~+0.05 ms.
+read once at the H200's measured 4.1 TB/s: bf16 0.371 ms (1,522 MB), fp8 /
+int8 0.190 (777 MB), int4 0.097 (396 MB), affine int4 at group 32 0.116
+(476 MB). The GEMM work (2 x 2,048 pairs x 5.95 M MACs = 24.4 GFLOP) is
+~0.03 ms of tensor-core time, so the layer is memory-bound if the unpacking
+keeps up: the first-generation int4 kernel spent ~20 integer / fp32
+instructions per weight (1.745 ms, 18.3x its floor); the magic-number unpack
+compiles to ~1.5 per weight (`lop3` + `HFMA2.BF16_V2` on pairs, a shift per
+code; bench/device/compile_kernels.py reads it from the cubin), and row
+blocks of ~1.5x an expert's pairs read each expert's weights about once.
+Predicted before any GPU run (2026-11-28, H200, 256 tokens): int4 0.15-0.25
+ms, w8a8 0.25-0.30 ms, of which ~0.03 ms routing (argsort, align), zero fill
+and cast; at 1,024 tokens (64-row blocks, ~half the experts read twice)
++0.05-0.1 ms. Launches per layer: 3 Triton (align, gate_up, down) plus the
+torch argsort (a few CUDA kernels), the fp32 zero fill and the bf16 cast.
 
-Tile sizes are heuristics (`launch_settings_for`); `bench/device/moe_kernels.py`
+Tile sizes are heuristics (`launch_settings_for`, `block_m_for`) checked for
+registers on sm_89/90/120 ahead of time; `bench/device/moe_kernels.py sweep`
 times the alternatives on a GPU.
 """
 
@@ -88,6 +94,8 @@ def interpreting() -> bool:
 class LaunchSettings:
     """How one expert GEMM launch runs; None fields take `launch_settings_for`'s heuristic."""
 
+    block_m: int | None = None
+    """Routed rows per program (the expert GEMMs' row blocks; `block_m_for`)."""
     block_n: int | None = None
     """Output columns per program (weight rows per program)."""
     swap: bool | None = None
@@ -195,9 +203,20 @@ def _next_power_of_2(value: int) -> int:
 
 
 def block_m_for(num_pairs: int, num_experts: int) -> int:
-    """Rows per block: about the pairs an expert gets, so padding stays small (16 for a 256-token canvas, top-8)."""
-    per_expert = num_pairs / num_experts
-    return 16 if per_expert <= 24 else 32 if per_expert <= 48 else 64
+    """Rows per block: the power of two at or above 1.5x the pairs an expert gets on average (16 to 64).
+
+    Every row block of an expert reads (and unpacks) all of that expert's weights, so an expert
+    whose pairs spill into a second block costs twice its bytes: at a 256-token canvas (top-8 of
+    128: 16 pairs an expert on average, ~45% of experts above 16) blocks of 16 would read ~1.45x
+    the weights, blocks of 32 ~1.0x; the MMA work on padding rows is cheap next to the bytes.
+    Capped at 64: 128-row blocks of the gated int4 launch spill on sm_90 (bench/device/compile_kernels.py),
+    so 4 candidates (64 pairs an expert) still read about half the experts twice.
+    """
+    chosen = (_SETTINGS.get() or LaunchSettings()).block_m
+    if chosen:
+        return chosen
+    wanted = 1.5 * num_pairs / num_experts
+    return min(64, max(_MIN_DOT, _next_power_of_2(int(wanted + 0.999))))
 
 
 def align_routing(top_k_index: torch.Tensor, num_experts: int, block_m: int) -> Routing:

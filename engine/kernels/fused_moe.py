@@ -212,11 +212,18 @@ def block_m_for(num_pairs: int, num_experts: int) -> int:
     Capped at 64: 128-row blocks of the gated int4 launch spill on sm_90 (bench/device/compile_kernels.py),
     so 4 candidates (64 pairs an expert) still read about half the experts twice.
     """
-    chosen = (_SETTINGS.get() or LaunchSettings()).block_m
+    chosen = _block_m_override()
     if chosen:
         return chosen
     wanted = 1.5 * num_pairs / num_experts
     return min(64, max(_MIN_DOT, _next_power_of_2(int(wanted + 0.999))))
+
+
+@torch.compiler.assume_constant_result
+def _block_m_override() -> int | None:
+    """`launch_settings(block_m=...)`, read outside torch.compile's trace (Dynamo cannot trace
+    ContextVar.get): a constant of the compiled graph, so a sweep runs eagerly."""
+    return (_SETTINGS.get() or LaunchSettings()).block_m
 
 
 def align_routing(top_k_index: torch.Tensor, num_experts: int, block_m: int) -> Routing:

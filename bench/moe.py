@@ -1,28 +1,44 @@
-"""`dgemma-lsp bench moe`: one quantized MoE layer, fused kernels against the per-expert loop.
+"""`dgemma-lsp bench moe`: one quantized MoE layer, each kernel variant against its references and its floor.
 
-For each packed mode (int4, int8, fp8) builds one DiffusionGemma experts
-module and its router (transformers' own classes, seeded random weights) at
-the tiny model's size or, with `--shape full`, google/diffusiongemma-26B-A4B-it's
-(128 experts, top-8, hidden 2816, expert width 704; needs CUDA), routes a
-random canvas of `--tokens` x `--batch` tokens, and reports:
+Builds one DiffusionGemma experts module and its router (transformers' own
+classes, seeded random weights) at the tiny model's size or, with `--shape
+full`, google/diffusiongemma-26B-A4B-it's (128 experts, top-8, hidden 2816,
+expert width 704; needs CUDA), routes a random canvas of `--tokens` x
+`--batch` tokens, and runs each variant of `VARIANTS` asked for:
 
-- opsPerLayer: torch operator calls (a TorchDispatchMode) plus Triton
-  launches of one experts forward on the product path (the router is the
-  same module on both paths and is left out of both counts);
-- referenceOpsPerLayer: the same count for the per-expert torch loop;
-- maxRelError: max|out - ref| / max|ref|, ref = that loop in fp32 on the
-  same packed weights;
-- ms and referenceMs: median wall time per forward on CUDA (null on CPU,
-  where the kernels run in Triton's interpreter and a time would mean nothing).
+- int4 (product: tile layout, magic-number unpack in inline PTX on CUDA),
+  int4-bits (the same in Triton bit ops, what the interpreter runs),
+  int4-affine32 (scale + min per 32 inputs: the path of imported Q4_K / AWQ
+  weights), int4-legacy (the first-generation kernel on the old layout);
+- int8 / fp8 (product: w8a8, activations quantized per row in the kernels;
+  fp8 falls back to w8a16 below sm_89), int8-w8a16 / fp8-w8a16 (bf16
+  activations), int8-legacy / fp8-legacy;
+- bf16: transformers' own experts on the unquantized weights (grouped_mm
+  where torch has it), the speed anchor.
 
+For each: opsPerLayer (torch operator calls, a TorchDispatchMode, plus Triton
+launches; the router is left out), tritonLaunches, maxRelError and relError
+against the fp32 per-expert loop on the *same* packed weights (with the
+variant's activation rounding: the kernel's own correctness), errorVsBf16 =
+||out - ref|| / ||ref|| against the fp32 loop on the unquantized weights
+(what the format costs), ms (median of CUDA-graph replays: device time
+without Python's launch overhead; null on CPU), eagerMs, and xFloor = ms /
+floorMs, floorMs = weight + scale bytes of the routed experts over the
+card's measured device-to-device copy rate (`copyTBs`).
+
+`modes` holds each mode's product variant (what `QuantizedExperts` runs on
+this device), with referenceOpsPerLayer = the per-expert torch loop's count.
 On CPU the kernels run under TRITON_INTERPRET=1 (set here before they are
-imported), so the op count and the error are real measurements there too.
-Targets (issue 12): opsPerLayer <= 24, maxRelError <= 0.02. JSON with
-`--json`, else a table; progress to stderr; torch is imported inside functions.
+imported), so op counts and errors are real measurements there too; by
+default only the product variants run there (`--variants all` for every one).
+Targets (issue 12): opsPerLayer <= 24, maxRelError <= 0.02; issue 50: one
+layer at 256 tokens int4 <= 0.25 ms, fp8 / int8 <= 0.30 ms on an H100/H200.
+JSON with `--json`, else a table; progress to stderr; torch is imported inside functions.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 import time
@@ -34,20 +50,66 @@ from .report import say, write_report
 MODES = ("int4", "int8", "fp8")
 TARGET_OPS = 24
 TARGET_REL_ERROR = 0.02
+TARGET_MS = {"int4": 0.25, "int8": 0.30, "fp8": 0.30}
+"""Issue 50, one layer at 256 tokens on an H100/H200."""
 SEED = 0
 INIT_STD = 0.02
 """Gemma's initializer range: realistic magnitudes for the quantization error."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One way to run the layer."""
+
+    mode: str
+    """Packed mode (int4, int8, fp8), or none for the bf16 anchor."""
+    kernel: str = "tiles"
+    """tiles (expert_kernels), legacy (moe_kernels.dequant_gemm_kernel) or transformers (bf16)."""
+    activations: str = "none"
+    """none, or the 8-bit kind the kernels round activations to (w8a8)."""
+    asm: bool | None = None
+    """int4 unpack in inline PTX (None: the product's default, PTX on CUDA)."""
+    affine_group: int | None = None
+    """int4 with a min per this many inputs instead of symmetric codes."""
+
+
+VARIANTS = {
+    "int4": Variant("int4"),
+    "int4-bits": Variant("int4", asm=False),
+    "int4-affine32": Variant("int4", affine_group=32),
+    "int4-legacy": Variant("int4", kernel="legacy"),
+    "int8": Variant("int8", activations="int8"),
+    "int8-w8a16": Variant("int8"),
+    "int8-legacy": Variant("int8", kernel="legacy"),
+    "fp8": Variant("fp8", activations="fp8"),
+    "fp8-w8a16": Variant("fp8"),
+    "fp8-legacy": Variant("fp8", kernel="legacy"),
+    "bf16": Variant("none", kernel="transformers"),
+}
+
+
 class MoeFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    variant: str
     backend: str
-    """triton (compiled for the GPU), triton-interpreter (CPU) or torch (the loop: kernels not applicable)."""
+    """triton (compiled for the GPU), triton-interpreter (CPU), torch (the loop: kernels not applicable), transformers."""
     ops_per_layer: int
     triton_launches: int
-    reference_ops_per_layer: int
+    reference_ops_per_layer: int | None
+    """The per-expert torch loop's count (product figures only)."""
     max_rel_error: float
+    """max|out - ref| / max|ref|, ref = the fp32 loop on the same packed weights."""
+    rel_error: float
+    """||out - ref|| / ||ref||, same ref."""
+    error_vs_bf16: float
+    """||out - ref|| / ||ref||, ref = the fp32 loop on the unquantized weights."""
+    weight_bytes: int
+    """Packed data + scales (+ mins) of the routed experts: what one forward must read."""
+    floor_ms: float | None
     ms: float | None
-    reference_ms: float | None
+    """Median device time of one forward (CUDA-graph replays); None on CPU."""
+    x_floor: float | None
+    eager_ms: float | None
+    """Median wall time of one eager forward (Python launch overhead included); None on CPU."""
 
 
 class MoeReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -57,11 +119,15 @@ class MoeReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     tokens: int
     batch: int
     experts: int
+    routed_experts: int
     top_k: int
     hidden: int
     expert_width: int
     group_size: int
+    copy_tbs: float | None
+    """Measured device-to-device copy rate (bytes read + written per second / 1e12); None on CPU."""
     modes: dict[str, MoeFigure]
+    variants: dict[str, MoeFigure]
     targets: dict[str, float]
 
 
@@ -95,6 +161,8 @@ def _random_experts(text_config, device, dtype):
     import torch
     from transformers.models.diffusion_gemma.modeling_diffusion_gemma import DiffusionGemmaTextExperts
 
+    # What a loaded model dispatches to (transformers' default): the bf16 anchor's speed; eager on CPU.
+    text_config._experts_implementation = "grouped_mm" if torch.device(device).type == "cuda" else "eager"
     with torch.device(device):
         experts = DiffusionGemmaTextExperts(text_config).to(dtype)
     with torch.no_grad():
@@ -126,7 +194,8 @@ def count_ops(function) -> tuple[object, int, int]:
     return result, counter.ops, launches.launches
 
 
-def _median_ms(function, device, repeats: int) -> float | None:
+def eager_ms(function, device, repeats: int) -> float | None:
+    """Median wall time of `function()` with a sync each side; None off CUDA."""
     import torch
 
     if device.type != "cuda":
@@ -142,59 +211,267 @@ def _median_ms(function, device, repeats: int) -> float | None:
     return statistics.median(times)
 
 
-def measure_mode(experts, mode: str, inputs, *, group_size: int, repeats: int) -> MoeFigure:
+def graph_ms(function, device, repeats: int, replays: int = 10) -> float | None:
+    """Median device time of `function()` captured in a CUDA graph (events around `replays` replays,
+    `repeats` times); the eager time where capture fails (said on stderr); None off CUDA."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    function()
+    stream = torch.cuda.Stream(device)
+    stream.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(stream):
+        function()  # warm-up on a side stream, as capture wants
+    torch.cuda.current_stream(device).wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            function()
+    except Exception as error:  # a path that cannot be captured is timed eagerly, and said so
+        say(f"bench moe: capture failed ({type(error).__name__}: {str(error)[:160]}); eager time instead")
+        return eager_ms(function, device, repeats)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    graph.replay()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / replays)
+    return statistics.median(times)
+
+
+def copy_tbs(device) -> float | None:
+    """The card's device-to-device copy rate in TB/s (bytes read + written), median of 10; None off CUDA."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    source = torch.empty(1 << 29, dtype=torch.uint8, device=device).random_(0, 255)  # 512 MiB, not zeros
+    target = torch.empty_like(source)
+    target.copy_(source)
+    ms = graph_ms(lambda: target.copy_(source), device, repeats=10, replays=5)
+    return 2 * source.numel() / (ms / 1000) / 1e12
+
+
+@dataclasses.dataclass
+class _Packed:
+    """One mode's packed experts: the product module and, built on first use, other layouts."""
+
+    module: object  # QuantizedExperts
+    legacy: tuple | None = None
+    affine: dict | None = None
+
+
+def _expert_loop(hidden, index, weights, expert_weights, activations: str = "none", groups=(0, 0)):
+    """The experts forward in fp32, one expert at a time: `expert_weights(e)` -> fp32 (gate_up, down).
+
+    Rounds where the kernels round: the intermediate to the activations' dtype (the gate_up launch
+    stores it so), and with w8a8 each matmul's input per row and per `groups` inputs.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from dgemma_lsp.engine.kernels.quant_formats import dequantize_activations, quantize_activations
+
+    def rounded(rows, group):
+        if activations == "none":
+            return rows
+        return dequantize_activations(*quantize_activations(rows, group, activations))
+
+    top_k = index.shape[1]
+    stored = hidden.dtype
+    hidden = hidden.float()
+    output = torch.zeros_like(hidden)
+    flat = index.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=int(flat.max()) + 1).tolist()
+    start = 0
+    for expert, count in enumerate(counts):
+        if count == 0:
+            continue
+        pairs = order[start : start + count]
+        start += count
+        tokens = pairs // top_k
+        gate_up, down = expert_weights(expert)
+        gate, up = (rounded(hidden[tokens], groups[0]) @ gate_up.T).chunk(2, dim=-1)
+        inner = rounded((F.gelu(gate, approximate="tanh") * up).to(stored).float(), groups[1])
+        output.index_add_(0, tokens, (inner @ down.T) * weights.reshape(-1)[pairs, None].float())
+    return output
+
+
+def _variant_forward(name: str, variant: Variant, packed: _Packed | None, experts, group_size: int):
+    """(forward(hidden, index, weights), fp32 expert weights per expert, weight bytes per expert, act. groups)."""
     import torch
 
     from dgemma_lsp.engine.kernels import fused_moe
-    from dgemma_lsp.engine.weights.quantization import QuantizedExperts
+    from dgemma_lsp.engine.kernels.quant_formats import dequantize, legacy_layout, quantize_int4_affine
 
+    if variant.kernel == "transformers":
+        per_expert = (experts.gate_up_proj[0].numel() + experts.down_proj[0].numel()) * experts.gate_up_proj.element_size()
+        return (experts, lambda e: (experts.gate_up_proj[e].float(), experts.down_proj[e].float()), per_expert,
+                (0, 0))  # fmt: skip
+    module = packed.module
+    mode = variant.mode
+    tensors = {"gate_up_data": module.gate_up_data, "gate_up_scales": module.gate_up_scales,
+               "down_data": module.down_data, "down_scales": module.down_scales}  # fmt: skip
+    mins = {}
+    if variant.affine_group:
+        if packed.affine is None:
+            gate_up = [quantize_int4_affine(experts.gate_up_proj[e], variant.affine_group) for e in range(module.num_experts)]
+            down = [quantize_int4_affine(experts.down_proj[e], variant.affine_group) for e in range(module.num_experts)]
+            packed.affine = {
+                "gate_up_data": torch.stack([t[0] for t in gate_up]), "gate_up_scales": torch.stack([t[1] for t in gate_up]),
+                "gate_up_mins": torch.stack([t[2] for t in gate_up]), "down_data": torch.stack([t[0] for t in down]),
+                "down_scales": torch.stack([t[1] for t in down]), "down_mins": torch.stack([t[2] for t in down]),
+            }  # fmt: skip
+        tensors = {k: v for k, v in packed.affine.items() if not k.endswith("_mins")}
+        mins = {k: v for k, v in packed.affine.items() if k.endswith("_mins")}
+    if variant.kernel == "legacy":
+        if packed.legacy is None:
+            packed.legacy = (legacy_layout(module.gate_up_data, module.gate_up_scales, mode),
+                             legacy_layout(module.down_data, module.down_scales, mode))  # fmt: skip
+        (gate_up_data, gate_up_scales), (down_data, down_scales) = packed.legacy
+
+        def forward(hidden, index, weights):
+            return fused_moe.fused_experts_legacy(hidden, index, weights, gate_up_data=gate_up_data,
+                                                  gate_up_scales=gate_up_scales, down_data=down_data,
+                                                  down_scales=down_scales, mode=mode)  # fmt: skip
+    else:
+        settings = {} if variant.asm is None else {"asm": variant.asm}
+
+        def forward(hidden, index, weights):
+            with fused_moe.launch_settings(**settings):
+                return fused_moe.fused_experts(hidden, index, weights, mode=mode, activations=variant.activations,
+                                               **tensors, **mins)  # fmt: skip
+
+    def expert_weights(e):
+        def weight(which):
+            which_mins = mins.get(f"{which}_mins")
+            return dequantize(tensors[f"{which}_data"][e], tensors[f"{which}_scales"][e], mode, torch.float32,
+                              mins=None if which_mins is None else which_mins[e])  # fmt: skip
+
+        return weight("gate_up"), weight("down")
+
+    per_expert = sum(t[0].numel() * t.element_size() for t in (*tensors.values(), *mins.values()))
+    groups = module.activation_groups() if variant.activations != "none" else (0, 0)
+    return forward, expert_weights, per_expert, groups
+
+
+def product_variant(mode: str, device) -> str:
+    """The variant `QuantizedExperts` runs on `device` by default."""
+    from dgemma_lsp.engine.kernels.fused_moe import w8a8_supported
+
+    if mode == "int4":
+        return "int4"
+    return mode if w8a8_supported(device, mode) else f"{mode}-w8a16"
+
+
+def measure_variant(name: str, packed: _Packed | None, experts, inputs, bf16_reference, *, group_size: int,
+                    repeats: int, copy_rate: float | None, timed: bool = True) -> MoeFigure:  # fmt: skip
+    """One variant's figure; `timed=False` leaves the times out (a correctness pass)."""
+    import torch
+
+    from dgemma_lsp.engine.kernels import fused_moe
+
+    variant = VARIANTS[name]
     hidden, index, weights = inputs
-    quantized = QuantizedExperts.from_experts(experts, mode, group_size)
-    if hidden.device.type == "cpu" and fused_moe.interpreting():
-        quantized.backend = "triton"  # "auto" keeps the loop on CPU; here the interpreted kernels are the point
+    forward, expert_weights, per_expert_bytes, groups = _variant_forward(name, variant, packed, experts, group_size)
+    routed = int(torch.unique(index).numel())
+    weight_bytes = per_expert_bytes * routed
     with torch.no_grad():
-        reference = quantized.forward_loop(hidden.float(), index, weights.float())  # fp32, same packed weights
-        output, ops, launches = count_ops(lambda: quantized(hidden, index, weights))
-        _, reference_ops, _ = count_ops(lambda: quantized.forward_loop(hidden, index, weights))
-        error = float((output.float() - reference).abs().max() / reference.abs().max())
-        ms = _median_ms(lambda: quantized(hidden, index, weights), hidden.device, repeats)
-        reference_ms = _median_ms(lambda: quantized.forward_loop(hidden, index, weights), hidden.device, repeats)
-    if launches == 0:
+        if variant.kernel == "transformers":
+            reference = bf16_reference
+        else:
+            reference = _expert_loop(hidden, index, weights, expert_weights, variant.activations, groups)
+        output, ops, launches = count_ops(lambda: forward(hidden, index, weights))
+        difference = output.float() - reference
+        max_rel = float(difference.abs().max() / reference.abs().max())
+        rel = float(difference.norm() / reference.norm())
+        vs_bf16 = float((output.float() - bf16_reference).norm() / bf16_reference.norm())
+        ms = graph_ms(lambda: forward(hidden, index, weights), hidden.device, repeats) if timed else None
+        eager = eager_ms(lambda: forward(hidden, index, weights), hidden.device, repeats) if timed else None
+    floor = weight_bytes / (copy_rate * 1e12) * 1000 if copy_rate else None
+    if variant.kernel == "transformers":
+        backend = "transformers"
+    elif launches == 0:
         backend = "torch"
     else:
         backend = "triton-interpreter" if fused_moe.interpreting() else "triton"
     return MoeFigure(
-        backend=backend,
-        ops_per_layer=ops + launches,
-        triton_launches=launches,
-        reference_ops_per_layer=reference_ops,
-        max_rel_error=error,
-        ms=ms,
-        reference_ms=reference_ms,
-    )
+        variant=name, backend=backend, ops_per_layer=ops + launches, triton_launches=launches,
+        reference_ops_per_layer=None, max_rel_error=max_rel, rel_error=rel, error_vs_bf16=vs_bf16,
+        weight_bytes=weight_bytes, floor_ms=floor, ms=ms, x_floor=ms / floor if ms and floor else None, eager_ms=eager,
+    )  # fmt: skip
+
+
+def variants_for(names: str, modes, device) -> list[str]:
+    """`names`: all, product, default (all on CUDA, product on CPU) or a comma-separated list."""
+    if names == "default":
+        names = "all" if device.type == "cuda" else "product"
+    if names == "product":
+        return [product_variant(mode, device) for mode in modes]
+    if names == "all":
+        return [n for n, v in VARIANTS.items() if v.mode in modes or v.mode == "none"]
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in VARIANTS]
+    assert not unknown, f"unknown variants {unknown}; choose from {', '.join(VARIANTS)}"
+    return chosen
 
 
 def run_benchmark(
-    shape: str, device_name: str, *, tokens: int, batch: int, group_size: int, modes=MODES, repeats: int = 10, log=None
-) -> MoeReport:
+    shape: str, device_name: str, *, tokens: int, batch: int, group_size: int, modes=MODES, variants="default",
+    repeats: int = 10, log=None,
+) -> MoeReport:  # fmt: skip
     import torch
 
     device = torch.device(device_name)
     if device.type == "cpu":
         # Before the first import of the kernels: their decorators read it.
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    from dgemma_lsp.engine.weights.quantization import QuantizedExperts
+
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     text_config = text_config_for(shape)
     torch.manual_seed(SEED)
     experts = _random_experts(text_config, device, dtype)
     inputs = _routed_inputs(text_config, tokens * batch, device, dtype)
-    figures = {}
-    for mode in modes:
-        figures[mode] = measure_mode(experts, mode, inputs, group_size=group_size, repeats=repeats)
+    hidden, index, weights = inputs
+    rate = copy_tbs(device)
+    if log and rate:
+        log(f"device-to-device copy: {rate:.2f} TB/s")
+    with torch.no_grad():
+        bf16_reference = _expert_loop(hidden, index, weights,
+                                      lambda e: (experts.gate_up_proj[e].float(), experts.down_proj[e].float()))  # fmt: skip
+    names = variants_for(variants, modes, device)
+    packed: dict[str, _Packed] = {}
+    figures: dict[str, MoeFigure] = {}
+    product: dict[str, MoeFigure] = {}
+    for name in names:
+        mode = VARIANTS[name].mode
+        if mode != "none" and mode not in packed:
+            module = QuantizedExperts.from_experts(experts, mode, group_size)
+            module.backend = "triton"
+            packed[mode] = _Packed(module)
+        if not _runs_here(name, device):
+            if log:
+                log(f"{name}: skipped (not on {device}: inline PTX needs CUDA, fp8 MMA sm_89+)")
+            continue
+        figure = measure_variant(name, packed.get(mode), experts, inputs, bf16_reference, group_size=group_size,
+                                 repeats=repeats, copy_rate=rate)  # fmt: skip
+        if mode != "none" and name == product_variant(mode, device):
+            module = packed[mode].module
+            _, reference_ops, _ = count_ops(lambda m=module: m.forward_loop(hidden, index, weights))
+            _, ops, launches = count_ops(lambda m=module: m(hidden, index, weights))  # the module's own path
+            figure = msgspec.structs.replace(figure, reference_ops_per_layer=reference_ops,
+                                             ops_per_layer=ops + launches, triton_launches=launches)  # fmt: skip
+            product[mode] = figure
+        figures[name] = figure
         if log:
-            f = figures[mode]
-            log(f"{mode}: {f.backend}, {f.ops_per_layer} ops (loop {f.reference_ops_per_layer}), "
-                f"max rel. error {f.max_rel_error:.2e}")  # fmt: skip
+            log(_figure_line(figure))
     return MoeReport(
         shape=shape,
         device=str(device),
@@ -202,29 +479,53 @@ def run_benchmark(
         tokens=tokens,
         batch=batch,
         experts=text_config.num_experts,
+        routed_experts=int(torch.unique(index).numel()),
         top_k=text_config.top_k_experts,
         hidden=text_config.hidden_size,
         expert_width=text_config.moe_intermediate_size,
         group_size=group_size,
-        modes=figures,
-        targets={"opsPerLayer": TARGET_OPS, "maxRelError": TARGET_REL_ERROR},
+        copy_tbs=rate,
+        modes=product,
+        variants=figures,
+        targets={"opsPerLayer": TARGET_OPS, "maxRelError": TARGET_REL_ERROR,
+                 **{f"{mode}Ms": TARGET_MS[mode] for mode in MODES}},  # fmt: skip
     )
 
 
+def _runs_here(name: str, device) -> bool:
+    """Inline PTX needs CUDA; fp8 weights need sm_89+ on CUDA (Triton's e4m3), fp8 MMA too."""
+    import torch
+
+    variant = VARIANTS[name]
+    if variant.asm and device.type != "cuda":
+        return False
+    return variant.mode != "fp8" or device.type != "cuda" or torch.cuda.get_device_capability(device) >= (8, 9)
+
+
+def _figure_line(f: MoeFigure) -> str:
+    ms = "-" if f.ms is None else f"{f.ms:.3f} ms"
+    floor = "" if f.x_floor is None else f" ({f.x_floor:.1f}x floor {f.floor_ms:.3f})"
+    return (f"{f.variant}: {f.backend}, {f.ops_per_layer} ops, {f.triton_launches} launches, rel.err {f.rel_error:.1e} "
+            f"(max {f.max_rel_error:.1e}), vs bf16 {f.error_vs_bf16:.2e}, {ms}{floor}")  # fmt: skip
+
+
 def format_table(report: MoeReport) -> str:
+    rate = "" if report.copy_tbs is None else f", copy {report.copy_tbs:.2f} TB/s"
     lines = [
         f"MoE layer, {report.shape} shape ({report.experts} experts, top-{report.top_k}, hidden {report.hidden}, "
-        f"width {report.expert_width}) on {report.device} ({report.dtype}), {report.tokens} tokens x {report.batch}",
-        f"{'mode':<5} {'backend':<18} {'ops':>4} {'loop ops':>8} {'max rel.err':>11} {'ms':>8} {'loop ms':>8}",
+        f"width {report.expert_width}) on {report.device} ({report.dtype}), {report.tokens} tokens x {report.batch}"
+        f"{rate}",
+        f"{'variant':<14} {'backend':<18} {'ops':>4} {'rel.err':>8} {'vs bf16':>8} {'ms':>7} {'x floor':>7} "
+        f"{'floor':>6} {'eager':>7}",
     ]
-    for mode, f in report.modes.items():
-        ms = "-" if f.ms is None else f"{f.ms:.3f}"
-        loop_ms = "-" if f.reference_ms is None else f"{f.reference_ms:.3f}"
-        lines.append(
-            f"{mode:<5} {f.backend:<18} {f.ops_per_layer:>4} {f.reference_ops_per_layer:>8} "
-            f"{f.max_rel_error:>11.2e} {ms:>8} {loop_ms:>8}"
-        )
-    lines.append(f"targets: ops <= {TARGET_OPS}, max rel. error <= {TARGET_REL_ERROR}")
+    for name, f in report.variants.items():
+        def num(value, digits=3):
+            return "-" if value is None else f"{value:.{digits}f}"
+
+        lines.append(f"{name:<14} {f.backend:<18} {f.ops_per_layer:>4} {f.rel_error:>8.1e} {f.error_vs_bf16:>8.2e} "
+                     f"{num(f.ms):>7} {num(f.x_floor, 1):>7} {num(f.floor_ms):>6} {num(f.eager_ms):>7}")  # fmt: skip
+    lines.append(f"targets: ops <= {TARGET_OPS}, max rel. error <= {TARGET_REL_ERROR}; at 256 tokens on an H100/H200 "
+                 f"int4 <= {TARGET_MS['int4']} ms, fp8/int8 <= {TARGET_MS['fp8']} ms")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -235,7 +536,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--batch", type=int, default=1, help="canvases (candidates) in the batch")
     parser.add_argument("--group-size", type=int, default=128, help="inputs per scale")
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
-    parser.add_argument("--repeats", type=int, default=20, help="timed forwards per figure on CUDA (median)")
+    parser.add_argument("--variants", default="default",
+                        help=f"all, product, default (all on CUDA, product on CPU) or a list of {','.join(VARIANTS)}")  # fmt: skip
+    parser.add_argument("--repeats", type=int, default=20, help="timed repeats per figure on CUDA (median)")
 
 
 def run(args) -> int:
@@ -250,8 +553,12 @@ def run(args) -> int:
         say("dgemma-lsp bench moe: --shape full needs a CUDA GPU (fp32 full-size experts exceed host memory "
              "budgets and the interpreter would take hours); use --shape tiny here")  # fmt: skip
         return 2
+    try:
+        variants_for(args.variants, modes, torch.device(device))
+    except AssertionError as error:
+        say(f"dgemma-lsp bench moe: {error}")
+        return 2
     report = run_benchmark(args.shape, device, tokens=args.tokens, batch=args.batch, group_size=args.group_size,
-                           modes=modes, repeats=args.repeats, log=say)  # fmt: skip
+                           modes=modes, variants=args.variants, repeats=args.repeats, log=say)  # fmt: skip
     write_report(report, getattr(args, "json", False), format_table)
     return 0
-

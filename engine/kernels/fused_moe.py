@@ -1,21 +1,43 @@
-"""The fused quantized MoE and the dense dequant-GEMM, launched from torch.
+"""The fused quantized MoE and the dense quantized linear, launched from torch.
 
 Owns: when the Triton path applies (`fused_supported`), the routing metadata
 (built on the device, sized for the worst case so every shape is static and
-a CUDA graph can capture it; no host sync), tile sizes, the launches, and a
-launch counter that `bench moe` reads. Knows nothing of modules or models:
-`quantization` calls in with its packed buffers. The kernels themselves and
-why they are ours are in `moe_kernels`.
+a CUDA graph can capture it; no host sync), which kernel variant and tile
+sizes run (`LaunchSettings`), the launches, and a launch counter that
+`bench moe` reads. Knows nothing of modules or models: `quantization` calls
+in with its packed buffers. The kernels and why they are ours:
+`expert_kernels` (the expert GEMM) and `moe_kernels` (routing alignment, and
+the first-generation dequant GEMM kept for A/B timing).
 
-One MoE layer is: a stable argsort of the routed experts, one alignment
-kernel (histogram, block padding, scatter into sorted rows), one gate_up
-launch (GELU-tanh * up fused, all experts), one down launch (routing weight
-and the top-k sum fused as fp32 atomic adds), and a cast. No weight is ever
-dequantized to memory. The atomic top-k sum makes the last bits of a CUDA
-result depend on scheduling order (K = top_k adds per element, in fp32).
+One MoE layer is: a stable argsort of the routed experts (torch), one
+alignment kernel (histogram, block padding, scatter into sorted rows), one
+gate_up launch (GELU-tanh * up fused, all experts), one down launch (routing
+weight and the top-k sum fused as fp32 atomic adds), a zero fill for those
+sums and a cast: 3 Triton launches, `count_launches` counts them. w8a8
+quantizes activations inside the two GEMM launches: no extra launch. No
+weight is ever dequantized to memory. The atomic top-k sum makes the last
+bits of a CUDA result depend on scheduling order (top_k fp32 adds per element).
 
-Tile sizes are fixed heuristics, not autotuned (no GPU was at hand when this
-was written); `bench moe` and `bench quant` on a GPU are where to tune them.
+Floors of one layer of the full model (128 experts, top-8, hidden 2816,
+width 704; every expert is read at a 256-token canvas), weights + scales
+read once at the H200's measured 4.1 TB/s: bf16 0.371 ms (1,522 MB), fp8 /
+int8 0.190 (777 MB), int4 0.097 (396 MB), affine int4 at group 32 0.116
+(476 MB). The GEMM work (2 x 2,048 pairs x 5.95 M MACs = 24.4 GFLOP) is
+~0.03 ms of tensor-core time, so the layer is memory-bound if the unpacking
+keeps up: the first-generation int4 kernel spent ~20 integer / fp32
+instructions per weight (1.745 ms, 18.3x its floor); the magic-number unpack
+compiles to ~1.5 per weight (`lop3` + `HFMA2.BF16_V2` on pairs, a shift per
+code; bench/device/compile_kernels.py reads it from the cubin), and row
+blocks of ~1.5x an expert's pairs read each expert's weights about once.
+Predicted before any GPU run (2026-11-28, H200, 256 tokens): int4 0.15-0.25
+ms, w8a8 0.25-0.30 ms, of which ~0.03 ms routing (argsort, align), zero fill
+and cast; at 1,024 tokens (64-row blocks, ~half the experts read twice)
++0.05-0.1 ms. Launches per layer: 3 Triton (align, gate_up, down) plus the
+torch argsort (a few CUDA kernels), the fp32 zero fill and the bf16 cast.
+
+Tile sizes are heuristics (`launch_settings_for`, `block_m_for`) checked for
+registers on sm_89/90/120 ahead of time; `bench/device/moe_kernels.py sweep`
+times the alternatives on a GPU.
 """
 
 from __future__ import annotations
@@ -27,10 +49,12 @@ import functools
 
 import torch
 
-from . import moe_kernels
+from . import expert_kernels, moe_kernels
 
 _MIN_DOT = 16
 """tl.dot needs every tile dimension >= 16."""
+ACTIVATION_KINDS = ("none", "int8", "fp8")
+"""What a GEMM does with its activations: none (bf16 in, w8a16 / w4a16) or quantize them per row in-kernel (w8a8)."""
 
 
 @dataclasses.dataclass
@@ -66,8 +90,61 @@ def interpreting() -> bool:
     return type(moe_kernels.dequant_gemm_kernel).__name__ == "InterpretedFunction"
 
 
+@dataclasses.dataclass(frozen=True)
+class LaunchSettings:
+    """How one expert GEMM launch runs; None fields take `launch_settings_for`'s heuristic."""
+
+    block_m: int | None = None
+    """Routed rows per program (the expert GEMMs' row blocks; `block_m_for`)."""
+    block_n: int | None = None
+    """Output columns per program (weight rows per program)."""
+    swap: bool | None = None
+    """Tokens on the MMA's N side (the weight tile is the dot's first operand)."""
+    asm: bool | None = None
+    """int4: unpack with inline PTX (CUDA only) instead of Triton bit ops."""
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+
+_SETTINGS: contextvars.ContextVar[LaunchSettings | None] = contextvars.ContextVar(
+    "dgemma_expert_launch", default=None
+)
+
+
+@contextlib.contextmanager
+def launch_settings(**overrides):
+    """Run the expert GEMMs in this context with some `LaunchSettings` fixed (A/B timing, sweeps, tests)."""
+    token = _SETTINGS.set(dataclasses.replace(_SETTINGS.get() or LaunchSettings(), **overrides))
+    try:
+        yield
+    finally:
+        _SETTINGS.reset(token)
+
+
+def launch_settings_for(n: int, block_m: int) -> LaunchSettings:
+    """The settings a launch uses: the context's overrides over the heuristic.
+
+    Heuristic: tokens on the MMA's N side and 64 weight rows per program (one Hopper warpgroup's
+    MMA M); 8 warps from 64-row blocks (4 candidates), where 4 warps spill on sm_89 / sm_120
+    (bench/device/compile_kernels.py). The interpreter's cost grows with tile size: tiny tiles there.
+    """
+    chosen = _SETTINGS.get() or LaunchSettings()
+    block_n = (32 if n >= 32 else _MIN_DOT) if interpreting() else 64
+    return LaunchSettings(
+        block_n=chosen.block_n or block_n,
+        swap=True if chosen.swap is None else chosen.swap,
+        asm=(not interpreting()) if chosen.asm is None else chosen.asm,
+        num_warps=chosen.num_warps or (8 if block_m >= 64 else 4),
+        num_stages=chosen.num_stages,
+    )
+
+
 def block_k_for(group: int) -> int | None:
-    """Largest power-of-two K step <= 64 that divides the scale group (one scale per step), or None."""
+    """The 8-bit K step: largest power of two <= 64 dividing the scale group (one weight scale per step), or None.
+
+    Also w8a8's activation group (one activation scale per row per step). 128 spills at 64-row blocks
+    on sm_89 / sm_120 (bench/device/compile_kernels.py).
+    """
     block = 64
     while block >= _MIN_DOT:
         if group % block == 0:
@@ -76,20 +153,32 @@ def block_k_for(group: int) -> int | None:
     return None
 
 
-def fused_supported(device: torch.device, mode: str, *groups: int) -> bool:
+def fused_supported(device: torch.device, mode: str, *groups: int, in_features: tuple[int, ...] = ()) -> bool:
     """Whether the Triton kernels can run these weights on `device`.
 
     CUDA: always for int8/int4; fp8 needs sm_89+ (the e4m3 conversion Triton
     emits). CPU: only under the interpreter (tests and `bench moe`). Groups
-    must allow a K step of at least 16.
+    must allow a K step of at least 16; int4 needs K (`in_features`) in whole
+    64-input tile blocks (every tensor of the real model has it).
     """
     if mode not in moe_kernels.MODE_CODES or any(block_k_for(g) is None for g in groups):
+        return False
+    if mode == "int4" and any(k % expert_kernels.INT4_BLOCK_K for k in in_features):
         return False
     if device.type == "cuda":
         if interpreting():
             return False
         return mode != "fp8" or _capability(device.index) >= (8, 9)
     return interpreting()
+
+
+def w8a8_supported(device: torch.device, mode: str) -> bool:
+    """Whether `mode`'s weights can meet quantized activations in the MMA: int8 everywhere (sm80+), fp8 on sm_89+."""
+    if mode == "int8":
+        return True
+    if mode == "fp8":
+        return device.type != "cuda" or _capability(device.index) >= (8, 9)
+    return False
 
 
 @functools.cache
@@ -114,9 +203,27 @@ def _next_power_of_2(value: int) -> int:
 
 
 def block_m_for(num_pairs: int, num_experts: int) -> int:
-    """Rows per block: about the pairs an expert gets, so padding stays small (16 for a 256-token canvas, top-8)."""
-    per_expert = num_pairs / num_experts
-    return 16 if per_expert <= 24 else 32 if per_expert <= 48 else 64
+    """Rows per block: the power of two at or above 1.5x the pairs an expert gets on average (16 to 64).
+
+    Every row block of an expert reads (and unpacks) all of that expert's weights, so an expert
+    whose pairs spill into a second block costs twice its bytes: at a 256-token canvas (top-8 of
+    128: 16 pairs an expert on average, ~45% of experts above 16) blocks of 16 would read ~1.45x
+    the weights, blocks of 32 ~1.0x; the MMA work on padding rows is cheap next to the bytes.
+    Capped at 64: 128-row blocks of the gated int4 launch spill on sm_90 (bench/device/compile_kernels.py),
+    so 4 candidates (64 pairs an expert) still read about half the experts twice.
+    """
+    chosen = _block_m_override()
+    if chosen:
+        return chosen
+    wanted = 1.5 * num_pairs / num_experts
+    return min(64, max(_MIN_DOT, _next_power_of_2(int(wanted + 0.999))))
+
+
+@torch.compiler.assume_constant_result
+def _block_m_override() -> int | None:
+    """`launch_settings(block_m=...)`, read outside torch.compile's trace (Dynamo cannot trace
+    ContextVar.get): a constant of the compiled graph, so a sweep runs eagerly."""
+    return (_SETTINGS.get() or LaunchSettings()).block_m
 
 
 def align_routing(top_k_index: torch.Tensor, num_experts: int, block_m: int) -> Routing:
@@ -175,12 +282,16 @@ def fused_experts(
     down_data: torch.Tensor,
     down_scales: torch.Tensor,
     mode: str,
+    gate_up_mins: torch.Tensor | None = None,
+    down_mins: torch.Tensor | None = None,
+    activations: str = "none",
 ) -> torch.Tensor:
-    """The DiffusionGemma experts forward on packed weights: `[T, H]` -> `[T, H]`.
+    """The DiffusionGemma experts forward on packed weights (`quant_formats` layouts): `[T, H]` -> `[T, H]`.
 
-    gate_up `[E, 2I, H(/2)]` with scales `[E, 2I, H/g]`; down `[E, H, I(/2)]`
-    with scales `[E, H, I/g']`. Per pair: gelu_tanh(x @ gate.T) * (x @ up.T)
-    @ down.T * routing weight, summed over the token's top_k pairs.
+    gate_up `[E, 2I, H / v]` with scales `[E, H/g, 2I]`; down `[E, H, I / v]` with scales `[E, I/g', H]`
+    (v = values per stored element). Per pair: gelu_tanh(x @ gate.T) * (x @ up.T) @ down.T * routing
+    weight, summed over the token's top_k pairs. `mins` (int4 only) select the affine form;
+    `activations` "int8" / "fp8" quantize them per row in the kernels (w8a8, the weights' own kind).
     """
     assert hidden_states.dim() == 2 and top_k_index.shape == top_k_weights.shape, (
         "expects [T, H] and [T, top_k]"
@@ -194,44 +305,185 @@ def fused_experts(
     inter = two_inter // 2
     routing = align_routing(top_k_index, num_experts, block_m_for(tokens * top_k, num_experts))
     pairs = routing.num_pairs
-    intermediate = torch.ops.dgemma.dequant_gemm(
-        hidden_states, gate_up_data, gate_up_scales, routing.sorted_pairs, routing.block_experts,
+    weights = _weight_kind(mode, gate_up_mins)
+    intermediate = torch.ops.dgemma.expert_gemm(
+        hidden_states, gate_up_data, gate_up_scales, gate_up_mins, routing.sorted_pairs, routing.block_experts,
         routing.rows_used, None, num_rows=pairs, out_rows=pairs, n=inter, a_row_div=top_k, out_row_div=1,
-        block_m=routing.block_m, mode=mode, gated=True,
+        block_m=routing.block_m, weights=weights, activations=activations, gated=True,
     )  # fmt: skip  # [P, I]: gelu_tanh(x @ gate.T) * (x @ up.T)
-    output = torch.ops.dgemma.dequant_gemm(
-        intermediate, down_data, down_scales, routing.sorted_pairs, routing.block_experts,
+    output = torch.ops.dgemma.expert_gemm(
+        intermediate, down_data, down_scales, down_mins, routing.sorted_pairs, routing.block_experts,
         routing.rows_used, top_k_weights, num_rows=pairs, out_rows=tokens, n=hidden, a_row_div=1,
-        out_row_div=top_k, block_m=routing.block_m, mode=mode, gated=False,
+        out_row_div=top_k, block_m=routing.block_m, weights=weights, activations=activations, gated=False,
     )  # fmt: skip  # [T, H] fp32: routing weights and the top-k sum applied
     return output.to(hidden_states.dtype)
 
 
-def fused_linear(x: torch.Tensor, data: torch.Tensor, scales: torch.Tensor, mode: str) -> torch.Tensor:
-    """`x @ dequantize(data, scales).T` for a packed `[N, K(/2)]` weight, without a dequantized copy."""
+def fused_linear(
+    x: torch.Tensor,
+    data: torch.Tensor,
+    scales: torch.Tensor,
+    mode: str,
+    *,
+    mins: torch.Tensor | None = None,
+    activations: str = "none",
+) -> torch.Tensor:
+    """`x @ dequantize(data, scales).T` for a packed `[N, K / v]` weight, without a dequantized copy."""
     in_features = x.shape[-1]
     out_features = data.shape[0]
     rows = x.reshape(-1, in_features)  # [M, K]
     block_m = 16 if rows.shape[0] <= 16 else 64 if not interpreting() else 32
-    output = torch.ops.dgemma.dequant_gemm(
-        rows, data.unsqueeze(0), scales.unsqueeze(0), None, None, None, None,
-        num_rows=rows.shape[0], out_rows=rows.shape[0], n=out_features, a_row_div=1, out_row_div=1,
-        block_m=block_m, mode=mode, gated=False,
+    output = torch.ops.dgemma.expert_gemm(
+        rows, data.unsqueeze(0), scales.unsqueeze(0), None if mins is None else mins.unsqueeze(0), None, None,
+        None, None, num_rows=rows.shape[0], out_rows=rows.shape[0], n=out_features, a_row_div=1, out_row_div=1,
+        block_m=block_m, weights=_weight_kind(mode, mins), activations=activations, gated=False,
     )  # fmt: skip
     return output.view(*x.shape[:-1], out_features)
 
 
-def _block_n(n: int) -> int:
-    # The interpreter's cost grows with program count and tile size alike; GPUs want wide tiles.
-    if interpreting():
-        return 32 if n >= 32 else _MIN_DOT
-    return 128 if n >= 2048 else 64
+def _weight_kind(mode: str, mins: torch.Tensor | None) -> str:
+    return "int4-affine" if mins is not None else mode
 
 
 # A torch custom op per kernel launch: the launch is one operator to torch's dispatcher, so
 # FakeTensorMode (the virtual-GPU dry run, bench/dryrun.py), torch.compile and operator
 # counters see it, with its output's shape from the fake implementation below; the real
 # implementation is the Triton launch, on CUDA or in the interpreter on CPU.
+
+
+@torch.library.custom_op("dgemma::expert_gemm", mutates_args=())
+def _expert_gemm_op(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    s: torch.Tensor,
+    m: torch.Tensor | None,
+    sorted_pairs: torch.Tensor | None,
+    block_experts: torch.Tensor | None,
+    rows_used: torch.Tensor | None,
+    route_weights: torch.Tensor | None,
+    num_rows: int,
+    out_rows: int,
+    n: int,
+    a_row_div: int,
+    out_row_div: int,
+    block_m: int,
+    weights: str,
+    activations: str,
+    gated: bool,
+) -> torch.Tensor:
+    """One launch of `expert_gemm_kernel`; routed when `sorted_pairs` is given, routing-weighted (fp32
+    atomic top-k sums into `out_rows` rows) when `route_weights` is. Returns out `[out_rows, n]`."""
+    out = _gemm_output(a, out_rows, n, route_weights is not None)
+    grid, args, kwargs = expert_gemm_launch(
+        a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows=num_rows, n=n,
+        a_row_div=a_row_div, out_row_div=out_row_div, block_m=block_m, weights=weights, activations=activations,
+        gated=gated,
+    )  # fmt: skip
+    _launch(expert_kernels.expert_gemm_kernel, grid, *args, **kwargs)
+    return out
+
+
+def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, *, num_rows: int,
+                       n: int, a_row_div: int, out_row_div: int, block_m: int, weights: str, activations: str,
+                       gated: bool) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
+    """(grid, arguments, keyword arguments) of one `expert_gemm_kernel` launch; reads only shapes and strides,
+    so `bench/device/compile_kernels.py` builds the same launch from meta tensors to compile it ahead of time."""
+    routed = sorted_pairs is not None
+    route_weighted = route_weights is not None
+    int4 = weights in ("int4", "int4-affine")
+    assert activations in ACTIVATION_KINDS and (activations == "none" or activations == weights), (
+        f"{weights} weights cannot take {activations} activations"
+    )
+    assert (m is not None) == (weights == "int4-affine"), "mins go with affine int4 and only with it"
+    assert m is None or m.stride() == s.stride(), "mins must be laid out as the scales"
+    k = a.shape[1]
+    group = k // s.shape[-2]
+    if int4:
+        block_k = expert_kernels.INT4_BLOCK_K
+        assert k % block_k == 0 and group % _MIN_DOT == 0, f"int4 K={k} group {group}: needs K % 64, group % 16"
+    else:
+        block_k = block_k_for(group)
+        assert block_k is not None, f"K={k} with group {group} has no K step >= {_MIN_DOT}"
+    settings = launch_settings_for(n, block_m)
+    assert settings.asm is False or not interpreting(), "the interpreter cannot run inline PTX"
+    row_blocks = block_experts.numel() if routed else -(-num_rows // block_m)
+    dummy = out  # pointer arguments a launch never reads
+    extra = {} if settings.num_stages is None else {"num_stages": settings.num_stages}
+    args = (
+        a, w, s, m if m is not None else dummy, out,
+        sorted_pairs if routed else dummy,
+        block_experts if routed else dummy,
+        rows_used if routed else dummy,
+        route_weights if route_weighted else dummy,
+        num_rows, n, k, a_row_div, out_row_div,
+        a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2),
+        s.stride(0), s.stride(1), s.stride(2), out.stride(0), out.stride(1),
+    )  # fmt: skip
+    kwargs = dict(
+        GROUP=group, WEIGHTS=expert_kernels.WEIGHT_CODES[weights],
+        ACTIVATIONS=expert_kernels.ACTIVATION_CODES[activations],
+        ROUTED=routed, GATED=gated, ROUTE_WEIGHTED=route_weighted,
+        SWAP=settings.swap, ASM=bool(settings.asm and int4), FP32_MATH=interpreting(),
+        DOT_PRECISION="ieee" if a.dtype == torch.float32 or interpreting() else "tf32",
+        BLOCK_M=block_m, BLOCK_N=settings.block_n, BLOCK_K=block_k,
+        num_warps=settings.num_warps, **extra,
+    )  # fmt: skip
+    return (row_blocks * -(-n // settings.block_n),), args, kwargs
+
+
+@_expert_gemm_op.register_fake
+def _(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, num_rows, out_rows, n, a_row_div,
+      out_row_div, block_m, weights, activations, gated):  # fmt: skip
+    return _gemm_output(a, out_rows, n, route_weights is not None, fake=True)
+
+
+# -- the first-generation kernel (moe_kernels.dequant_gemm_kernel), kept for A/B timing -----------
+
+
+def fused_experts_legacy(
+    hidden_states: torch.Tensor,
+    top_k_index: torch.Tensor,
+    top_k_weights: torch.Tensor,
+    *,
+    gate_up_data: torch.Tensor,
+    gate_up_scales: torch.Tensor,
+    down_data: torch.Tensor,
+    down_scales: torch.Tensor,
+    mode: str,
+) -> torch.Tensor:
+    """`fused_experts` through the first-generation kernel, on weights in `quant_formats.legacy_layout`."""
+    tokens, hidden = hidden_states.shape
+    top_k = top_k_index.shape[1]
+    num_experts, two_inter, _ = gate_up_data.shape
+    routing = align_routing(top_k_index, num_experts, block_m_for(tokens * top_k, num_experts))
+    pairs = routing.num_pairs
+    intermediate = torch.ops.dgemma.dequant_gemm(
+        hidden_states, gate_up_data, gate_up_scales, routing.sorted_pairs, routing.block_experts,
+        routing.rows_used, None, num_rows=pairs, out_rows=pairs, n=two_inter // 2, a_row_div=top_k,
+        out_row_div=1, block_m=routing.block_m, mode=mode, gated=True,
+    )  # fmt: skip
+    output = torch.ops.dgemma.dequant_gemm(
+        intermediate, down_data, down_scales, routing.sorted_pairs, routing.block_experts,
+        routing.rows_used, top_k_weights, num_rows=pairs, out_rows=tokens, n=hidden, a_row_div=1,
+        out_row_div=top_k, block_m=routing.block_m, mode=mode, gated=False,
+    )  # fmt: skip
+    return output.to(hidden_states.dtype)
+
+
+def _legacy_block_k(group: int) -> int | None:
+    """The first-generation K step: largest power of two <= 64 dividing the group."""
+    block = 64
+    while block >= _MIN_DOT:
+        if group % block == 0:
+            return block
+        block //= 2
+    return None
+
+
+def _legacy_block_n(n: int) -> int:
+    if interpreting():
+        return 32 if n >= 32 else _MIN_DOT
+    return 128 if n >= 2048 else 64
 
 
 @torch.library.custom_op("dgemma::dequant_gemm", mutates_args=())
@@ -252,18 +504,17 @@ def _dequant_gemm_op(
     mode: str,
     gated: bool,
 ) -> torch.Tensor:
-    """One launch of `dequant_gemm_kernel`; routed when `sorted_pairs` is given, routing-weighted (fp32
-    atomic top-k sums into `out_rows` rows) when `route_weights` is. Returns out `[out_rows, n]`."""
+    """One launch of the first-generation `dequant_gemm_kernel` (legacy layout: scales `[E, N, K / g]`)."""
     routed = sorted_pairs is not None
     route_weighted = route_weights is not None
     k = a.shape[1]
     group = k // s.shape[-1]
-    block_k = block_k_for(group)
+    block_k = _legacy_block_k(group)
     assert block_k is not None and k % block_k == 0, f"K={k} with group {group} has no K step >= {_MIN_DOT}"
     out = _gemm_output(a, out_rows, n, route_weighted)
-    block_n = _block_n(n)
+    block_n = _legacy_block_n(n)
     row_blocks = block_experts.numel() if routed else -(-num_rows // block_m)
-    dummy = out  # pointer arguments a dense launch never reads
+    dummy = out
     _launch(
         moe_kernels.dequant_gemm_kernel, (row_blocks * -(-n // block_n),),
         a, w, s, out,

@@ -1,10 +1,13 @@
-"""Triton kernels for quantized weights: routing alignment and a dequantizing GEMM.
+"""Triton kernels for quantized weights: routing alignment, and the first-generation dequantizing GEMM.
 
-Owns the device code only: two `@triton.jit` kernels and nothing that decides
-when to launch them (that is `fused_moe`). Knows the packed formats of
-`quant_formats` (int8 values, int4 two signed nibbles per byte with element 2i
-in the low nibble, fp8 e4m3fn bits stored as uint8; one scale per `GROUP`
-inputs along K) and reads them as stored: no repacked copy exists.
+Owns device code only: `align_routing_kernel` (the product's routing: histogram,
+block padding and the scatter into expert-sorted rows, one program, no host
+sync) and `dequant_gemm_kernel`, the first-generation expert GEMM, kept so
+`bench moe` can time it against its successor (`expert_kernels`) on the same
+card: it reads `quant_formats.legacy_layout` (int4 as two's-complement nibble
+pairs `[E, N, K/2]`, scales `[E, N, K/g]`), unpacks in fp32 per element
+(~20 instructions a weight: 1.745 ms a full-size int4 layer on an H200, 18x
+its floor), and is no longer on the product path. When to launch either is `fused_moe`.
 
 Why our own kernels: no library covers the GPUs this product runs on with
 int4 group scales (REFERENCE.md, "Fused kernels"): torch's grouped GEMM is fast
@@ -13,14 +16,6 @@ fused MoE skips sm_89 and GELU-tanh gates on sm_120, torchao's MoE is a
 prototype, bitsandbytes and transformers' own int4-free path dequantize one
 expert at a time. The design follows vLLM's `fused_moe` (sorted, block-padded
 token->expert rows; one launch for all experts), written here from that idea.
-
-Layout choice: the stored weights are `[E, N, K]` (int4: `[E, N, K/2]`) with K
-contiguous. A `[BLOCK_K, BLOCK_N]` tile of that is a strided but coalesced-
-enough load (each column is BLOCK_K contiguous bytes), so the kernel reads the
-stored format directly and the save format needs no new version. The scale is
-applied to the `[BLOCK_M, BLOCK_N]` partial product rather than to the weight
-tile: BLOCK_K divides GROUP, so one K step has one scale per output column,
-and the integer weights convert to bf16 exactly.
 
 The kernels run on CPU tensors under `TRITON_INTERPRET=1` (the tests do); the
 decorators read that variable when this module is imported.

@@ -30,14 +30,17 @@ Why not a library (checked on torch 2.13 CPU, torchao 0.18, transformers 5.23):
   experts and linears keeps ties, save/load and int4 uniform.
 - bitsandbytes quantizes only `nn.Linear` and never the fused 3-D experts.
 - transformers' `FineGrainedFP8Config` needs a GPU at load time.
-So the packing (~100 lines in `quant_formats`) is written here. On CUDA the
+So the packing (~150 lines in `quant_formats`) is written here. On CUDA the
 forwards run our fused Triton kernels (`fused_moe`: one launch for all
-experts, weights dequantized in registers, no bf16 copy); on CPU, or where a
-kernel does not apply (fp8 before sm_89, a group under 16), they keep the
-plain torch path below (dequantize, `F.linear`), which is also the reference
-the kernels are tested against. `backend` on a module forces one or the other.
+experts, weights unpacked in registers, no bf16 copy); on CPU, or where a
+kernel does not apply (fp8 before sm_89, a group under 16, int4 with K not a
+multiple of 64), they keep the plain torch path below (dequantize,
+`F.linear`), which is also the reference the kernels are tested against.
+`backend` on a module forces one or the other. `quantize_activations` (on by
+default) lets the 8-bit modes' kernels quantize activations per row (w8a8:
+int8 MMA everywhere, fp8 MMA on sm_89+); off, they keep bf16 activations.
 
-Save format (a folder, version 2): `quantized-NNNNN.safetensors` shards hold
+Save format (a folder, version 3): `quantized-NNNNN.safetensors` shards hold
 every parameter and buffer of the model once (non-persistent buffers too, so a
 skeleton built on the meta device loads completely); `quantization.json`
 records the format version, the mode, the group size, the shard files, the
@@ -57,7 +60,17 @@ import msgspec
 import torch
 from torch import nn
 
-from ..kernels.quant_formats import PACKED_MODES, dequantize, packed_bytes, quantize
+from ..kernels.quant_formats import (
+    PACKED_MODES,
+    dequantize,
+    dequantize_activations,
+    group_of,
+    in_features_of,
+    packed_bytes,
+    quantize,
+    values_per_element,
+)
+from ..kernels.quant_formats import quantize_activations as fake_quantize_activations
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +78,10 @@ Mode = Literal["none", "fp8", "int8", "int4"]
 Backend = Literal["auto", "torch", "triton"]
 MODES: tuple[Mode, ...] = ("none", "fp8", "int8", "int4")
 DEFAULT_GROUP_SIZE = 128
-SAVE_FORMAT_VERSION = 2
-"""2: sharded (`files` in the manifest), no vision tower; 1 was one file with everything."""
+SAVE_FORMAT_VERSION = 3
+"""3: int4 in the kernel's tile layout (int16 words) and every scale group-major `[..., K / g, N]`
+(quant_formats); 2: sharded (`files` in the manifest), no vision tower; 1 was one file with everything.
+A cache of another version is rebuilt from the checkpoint (loading.py)."""
 WEIGHTS_SHARD = "quantized-{:05d}.safetensors"
 DEFAULT_SHARD_BYTES = 2 * 1024**3
 MANIFEST_FILE = "quantization.json"
@@ -106,8 +121,9 @@ class QuantizedExperts(nn.Module):
     """Drop-in for `DiffusionGemmaTextExperts` holding packed weights.
 
     Same forward contract: hidden_states `[T, H]`, top_k_index `[T, K]`,
-    top_k_weights `[T, K]` -> `[T, H]`. Each routed expert is dequantized to
-    the activations' dtype just before its two matmuls and dropped after.
+    top_k_weights `[T, K]` -> `[T, H]`. On the fused path the weights are
+    unpacked in the kernels' registers; on the torch path each routed expert
+    is dequantized to the activations' dtype just before its two matmuls.
     """
 
     def __init__(self, *, mode: str, num_experts: int, act_fn: nn.Module) -> None:
@@ -118,6 +134,8 @@ class QuantizedExperts(nn.Module):
         self.act_fn = act_fn
         self.backend: Backend = "auto"
         """auto: the fused kernels on CUDA where they apply, else the torch loop; torch/triton force one."""
+        self.quantize_activations = True
+        """8-bit modes on the fused path: activations quantized per row in the kernels (w8a8) where the card takes them."""
         self.register_buffer("gate_up_data", torch.empty(0, dtype=torch.uint8))
         self.register_buffer("gate_up_scales", torch.empty(0))
         self.register_buffer("down_data", torch.empty(0, dtype=torch.uint8))
@@ -126,11 +144,11 @@ class QuantizedExperts(nn.Module):
     @classmethod
     def from_experts(cls, experts: nn.Module, mode: str, group_size: int) -> QuantizedExperts:
         module = cls(mode=mode, num_experts=experts.num_experts, act_fn=experts.act_fn)
-        # gate_up: [E, 2I, H] -> data [E, 2I, H or H/2], scales [E, 2I, H/group]
+        # gate_up: [E, 2I, H] -> data [E, 2I, H or H/4], scales [E, H/group, 2I]
         module.gate_up_data, module.gate_up_scales = _quantize_per_expert(
             experts.gate_up_proj, mode, group_size
         )
-        # down: [E, H, I] -> data [E, H, I or I/2], scales [E, H, I/group]
+        # down: [E, H, I] -> data [E, H, I or I/4], scales [E, I/group, H]
         module.down_data, module.down_scales = _quantize_per_expert(experts.down_proj, mode, group_size)
         return module
 
@@ -151,23 +169,43 @@ class QuantizedExperts(nn.Module):
         # The kernel computes the GELU-tanh gate itself: any other activation keeps the loop.
         gelu_tanh = type(self.act_fn).__name__ == "GELUTanh"
         groups = (
-            self.gate_up_data.shape[-1] * _unpack(self.mode) // self.gate_up_scales.shape[-1],
-            self.down_data.shape[-1] * _unpack(self.mode) // self.down_scales.shape[-1],
+            group_of(self.gate_up_data, self.gate_up_scales, self.mode),
+            group_of(self.down_data, self.down_scales, self.mode),
         )
-        if gelu_tanh and _use_fused(self.backend, hidden_states.device, self.mode, *groups):
+        in_features = (in_features_of(self.gate_up_data, self.mode), in_features_of(self.down_data, self.mode))
+        device = hidden_states.device
+        if gelu_tanh and _use_fused(self.backend, device, self.mode, *groups, in_features=in_features):
             from ..kernels.fused_moe import fused_experts
 
             return fused_experts(
                 hidden_states, top_k_index.contiguous(), top_k_weights.contiguous(),
                 gate_up_data=self.gate_up_data, gate_up_scales=self.gate_up_scales,
                 down_data=self.down_data, down_scales=self.down_scales, mode=self.mode,
+                activations=_activation_kind(self.quantize_activations, device, self.mode),
             )  # fmt: skip
         return self.forward_loop(hidden_states, top_k_index, top_k_weights)
 
+    def activation_groups(self) -> tuple[int, int]:
+        """Inputs per activation scale of the w8a8 kernels (gate_up, down): their K step."""
+        from ..kernels.fused_moe import block_k_for
+
+        return (
+            block_k_for(group_of(self.gate_up_data, self.gate_up_scales, self.mode)),
+            block_k_for(group_of(self.down_data, self.down_scales, self.mode)),
+        )
+
     def forward_loop(
-        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+        self,
+        hidden_states: torch.Tensor,
+        top_k_index: torch.Tensor,
+        top_k_weights: torch.Tensor,
+        activations: str = "none",
     ) -> torch.Tensor:
-        """The torch path: one dequantized expert at a time (CPU, and the kernels' reference)."""
+        """The torch path: one dequantized expert at a time (CPU, and the kernels' reference).
+
+        `activations` "int8" / "fp8" rounds each matmul's input as the w8a8 kernels do (the reference for them).
+        """
+        gate_up_group, down_group = self.activation_groups() if activations != "none" else (0, 0)
         top_k = top_k_index.shape[-1]
         output = torch.zeros_like(hidden_states)  # [T, H]
         flat_experts = top_k_index.reshape(-1)  # [T*K]
@@ -184,28 +222,40 @@ class QuantizedExperts(nn.Module):
             start += count
             tokens = pairs // top_k  # [n]
             gate_up, down = self.expert_weights(expert, hidden_states.dtype)
-            gate, up = nn.functional.linear(hidden_states[tokens], gate_up).chunk(2, dim=-1)  # [n, I] each
-            expert_out = nn.functional.linear(self.act_fn(gate) * up, down)  # [n, H]
+            rows = _fake_quantized(hidden_states[tokens], gate_up_group, activations)
+            gate, up = nn.functional.linear(rows, gate_up).chunk(2, dim=-1)  # [n, I] each
+            inner = _fake_quantized(self.act_fn(gate) * up, down_group, activations)
+            expert_out = nn.functional.linear(inner, down)  # [n, H]
             expert_out = expert_out * flat_weights[pairs, None]
             output.index_add_(0, tokens, expert_out.to(output.dtype))
         return output
 
 
-def _unpack(mode: str) -> int:
-    """Values per stored element along K: int4 packs two."""
-    return 2 if mode == "int4" else 1
+def _fake_quantized(rows: torch.Tensor, group: int, activations: str) -> torch.Tensor:
+    """`rows` rounded as the w8a8 kernels round their activations (per row, per `group` inputs); as is for none."""
+    if activations == "none":
+        return rows
+    codes, scales = fake_quantize_activations(rows, group, activations)
+    return dequantize_activations(codes, scales).to(rows.dtype)
 
 
-def _use_fused(backend: str, device: torch.device, mode: str, *groups: int) -> bool:
+def _activation_kind(quantize_activations: bool, device: torch.device, mode: str) -> str:
+    """What the fused kernels do with activations: the weights' own 8-bit kind (w8a8) where supported, else none."""
+    from ..kernels.fused_moe import w8a8_supported
+
+    return mode if quantize_activations and w8a8_supported(device, mode) else "none"
+
+
+def _use_fused(backend: str, device: torch.device, mode: str, *groups: int, in_features: tuple[int, ...]) -> bool:
     """Whether a forward runs the Triton kernels; imports them (and triton) only when they could apply."""
     if backend == "torch" or (backend == "auto" and device.type != "cuda"):
         return False
     from ..kernels.fused_moe import fused_supported
 
-    supported = fused_supported(device, mode, *groups)
+    supported = fused_supported(device, mode, *groups, in_features=in_features)
     assert supported or backend == "auto", (
-        f"backend 'triton' cannot run {mode} groups {groups} on {device}"
-        " (CPU needs TRITON_INTERPRET=1; fp8 needs sm_89+; groups must be >= 16)"
+        f"backend 'triton' cannot run {mode} groups {groups}, K {in_features} on {device} (CPU needs"
+        " TRITON_INTERPRET=1; fp8 needs sm_89+; groups must be >= 16; int4 needs K % 64 == 0)"
     )
     return supported
 
@@ -232,6 +282,8 @@ class QuantizedLinear(nn.Module):
         self.register_buffer("weight_scales", torch.empty(0))
         self.backend: Backend = "auto"
         """auto: the fused dequant-GEMM on CUDA where it applies, else dequantize + F.linear."""
+        self.quantize_activations = True
+        """8-bit modes on the fused path: activations quantized per row in the kernel (w8a8) where the card takes them."""
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, mode: str, group_size: int) -> QuantizedLinear:
@@ -244,11 +296,12 @@ class QuantizedLinear(nn.Module):
         return packed_bytes(self.weight_data, self.weight_scales)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        group = self.in_features // self.weight_scales.shape[-1]
-        if _use_fused(self.backend, x.device, self.mode, group):
+        group = group_of(self.weight_data, self.weight_scales, self.mode)
+        if _use_fused(self.backend, x.device, self.mode, group, in_features=(self.in_features,)):
             from ..kernels.fused_moe import fused_linear
 
-            return fused_linear(x, self.weight_data, self.weight_scales, self.mode)
+            activations = _activation_kind(self.quantize_activations, x.device, self.mode)
+            return fused_linear(x, self.weight_data, self.weight_scales, self.mode, activations=activations)
         weight = dequantize(self.weight_data, self.weight_scales, self.mode, x.dtype)  # [out, in]
         return nn.functional.linear(x, weight)
 
@@ -527,7 +580,7 @@ def _report_from_loaded(model: nn.Module, mode: str, group_size: int) -> Quantiz
             shapes = [module.gate_up_data.shape, module.down_data.shape]
         else:
             shapes = [module.weight_data.shape]
-        unpack = 2 if module.mode == "int4" else 1
+        unpack = values_per_element(module.mode)
         return sum(2 * s[:-1].numel() * s[-1] * unpack for s in shapes)
 
     return QuantizationReport(

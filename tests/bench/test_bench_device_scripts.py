@@ -21,11 +21,18 @@ def _run(script: str, *args: str) -> str:
 
 
 def test_the_launch_sweep_changes_only_the_launch_not_the_answer():
-    out = _run("sweep_moe.py", "int4", "--shape", "tiny", "--seconds", "8")
+    out = _run("moe_kernels.py", "sweep", "--modes", "int4", "--shape", "tiny", "--seconds", "8")
     assert "int4 default:" in out
     differences = [float(d) for d in re.findall(r"diff (\S+)", out)]
     assert differences, out
     assert max(differences) < 1e-3, out  # another tiling sums in another order, nothing more
+
+
+def test_the_kernel_check_passes_every_product_variant_against_its_references():
+    out = _run("moe_kernels.py", "check", "--shape", "tiny", "--variants", "product")
+    for variant in ("int4", "int8", "fp8"):  # w8a8 for int8 and fp8 on CPU
+        assert re.search(rf"^{variant}: rel.err vs its fp32 reference \S+ .*: ok$", out, re.M), out
+    assert out.rstrip().endswith("check: PASS"), out
 
 
 def test_the_step_profile_times_the_step_and_names_the_operators():
@@ -33,3 +40,18 @@ def test_the_step_profile_times_the_step_and_names_the_operators():
     assert re.search(r"int4 capture=False: median step [\d.]+ ms", out), out
     assert "top operators by self_cpu_time_total" in out
     assert "dgemma::sample_logits" in out  # the fused sampler: the product's path, not a stand-in
+
+
+def test_the_expert_kernels_build_for_every_target_card_without_spills():
+    """Ahead-of-time compile (Triton's own ptxas, no GPU): the inline PTX assembles, the product's int4
+    launches keep their registers and use the card's tensor-core MMA (wgmma on sm_90)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(DEVICE_SCRIPTS / "compile_kernels.py"), "--variants", "int4",
+                           "--tokens", "256"], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "compile: PASS"
+    for arch, mma in (("sm_89", "HMMA"), ("sm_90", "HGMMA"), ("sm_120", "HMMA")):
+        for launch in ("gate_up", "down"):
+            assert any(line.startswith(f"{arch} int4") and launch in line and f"'{mma}'" in line and "spill   0" in line
+                       for line in lines), done.stdout  # fmt: skip

@@ -1,7 +1,8 @@
 """Quantized residency on the real tiny DiffusionGemma (transformers code, CPU).
 
-Proves: every mode still serves `generate`; the expert weights shrink by the
-factor the format promises; the quantized experts compute exactly what the
+Proves: the int4 tile layout puts each input's code where the kernel reads it,
+and holds affine (scale, min) weights of imported formats exactly; every mode
+still serves `generate`; the expert weights shrink by the factor the format promises; the quantized experts compute exactly what the
 original experts compute on the dequantized weights (so any logits error is
 rounding, not routing); errors order by precision; save -> load into a meta
 skeleton gives identical logits with ties intact; the CPU path of
@@ -18,9 +19,14 @@ import torch
 from dgemma_lsp.engine.kernels.quant_formats import (
     dequantize,
     effective_group_size,
+    int4_subtile,
+    legacy_layout,
     pack_int4,
+    pack_int4_tiles,
     quantize,
+    quantize_int4_affine,
     unpack_int4,
+    unpack_int4_tiles,
 )
 from dgemma_lsp.engine.model.tiny_model import build_tiny_model
 from dgemma_lsp.engine.weights.quantization import (
@@ -59,11 +65,33 @@ def reference_logits() -> torch.Tensor:
     return _decoder_logits(build_tiny_model().eval())
 
 
-def test_int4_packing_roundtrips_every_nibble():
+@pytest.mark.parametrize("in_features", [704, 32])
+def test_int4_tiles_put_code_j_of_word_p_of_block_b_at_input_4pb_plus_pj_plus_p(in_features):
+    """The contract the kernel unpacks by: 16 words per 64-input block (704 = 11 blocks), 8 at K = 32."""
+    generator = torch.Generator().manual_seed(in_features)
+    codes = torch.randint(0, 16, (3, in_features), dtype=torch.uint8, generator=generator)
+    words = pack_int4_tiles(codes)
+    assert words.dtype == torch.int16 and words.shape == (3, in_features // 4)
+    per_block = int4_subtile(in_features)
+    assert per_block == (16 if in_features % 64 == 0 else 8)
+    bits = words.to(torch.int32) & 0xFFFF
+    for k in range(in_features):
+        block, rest = divmod(k, 4 * per_block)
+        j, p = divmod(rest, per_block)
+        assert torch.equal((bits[:, block * per_block + p] >> (4 * j)) & 0xF, codes[:, k].to(torch.int32))
+    assert torch.equal(unpack_int4_tiles(words), codes)
+
+
+def test_legacy_int4_pairs_hold_the_same_values():
     values = torch.arange(-8, 8, dtype=torch.int8).repeat(3).reshape(2, 24)
     packed = pack_int4(values)
     assert packed.dtype == torch.uint8 and packed.shape == (2, 12)
     assert torch.equal(unpack_int4(packed), values)
+    data, scales = quantize(torch.randn(2, 5, 256), "int4", 64)
+    legacy_data, legacy_scales = legacy_layout(data, scales, "int4")
+    assert legacy_scales.shape == (2, 5, 4)
+    restored = unpack_int4(legacy_data).float() * legacy_scales.float().repeat_interleave(64, dim=-1)
+    assert torch.equal(restored, dequantize(data, scales, "int4", torch.float32))
 
 
 def test_group_size_halves_until_it_divides_the_input_dimension():
@@ -72,7 +100,31 @@ def test_group_size_halves_until_it_divides_the_input_dimension():
     assert effective_group_size(2816, 128) == 128
     weight = torch.randn(3, 16, 704)
     data, scales = quantize(weight, "int4", 128)
-    assert data.shape == (3, 16, 352) and scales.shape == (3, 16, 11)
+    assert data.shape == (3, 16, 176) and scales.shape == (3, 11, 16)  # scales group-major
+
+
+def test_affine_int4_holds_imported_scales_and_mins_exactly():
+    """Q4_K-like weights (scale = fp16 d x 6-bit sc, min = -fp16 dmin x 6-bit m, per 32 inputs) in fp32
+    scales and mins: dequantize gives scale * code + min with no rounding of its own."""
+    generator = torch.Generator().manual_seed(11)
+    codes = torch.randint(0, 16, (4, 128), dtype=torch.uint8, generator=generator)
+    d = (torch.rand(4, 1, generator=generator) * 0.01).half().float()
+    sub_scales = torch.randint(0, 64, (4, 4), generator=generator).float()
+    sub_mins = torch.randint(0, 64, (4, 4), generator=generator).float()
+    scales = (d * sub_scales).T.contiguous()  # [groups, N], 17 significant bits: fp32 only
+    mins = (-d * sub_mins).T.contiguous()
+    restored = dequantize(pack_int4_tiles(codes), scales, "int4", torch.float64, mins=mins)
+    expected = codes.double() * scales.T.double().repeat_interleave(32, -1) + mins.T.double().repeat_interleave(32, -1)
+    assert torch.equal(restored, expected)
+
+
+def test_affine_int4_of_our_own_quantizer_at_group_32():
+    weight = torch.randn(2, 8, 256) * 0.02 + 0.01  # off-centre, where a min beats a symmetric scale
+    data, scales, mins = quantize_int4_affine(weight, 32)
+    assert scales.shape == mins.shape == (2, 8, 8)
+    affine = _relative_error(dequantize(data, scales, "int4", torch.float32, mins=mins), weight)
+    symmetric = _relative_error(dequantize(*quantize(weight, "int4", 32), "int4", torch.float32), weight)
+    assert affine < 0.1 and affine < symmetric
 
 
 @pytest.mark.parametrize(("mode", "bound"), [("int8", 0.01), ("fp8", 0.04), ("int4", 0.15)])

@@ -147,14 +147,15 @@ def test_int4_load_peak_memory_stays_well_below_a_plain_load(sharded_checkpoint,
         assert load["peakRssBytes"] - load["baselineRssBytes"] < plain_growth / 2, load
 
 
-def test_packed_weights_of_an_older_format_are_rebuilt_not_read(tmp_path, monkeypatch):
+@pytest.mark.parametrize("old_version", [1, 2])  # 2: int4 as nibble pairs, scales row-major (before the tiles)
+def test_packed_weights_of_an_older_format_are_rebuilt_not_read(old_version, tmp_path, monkeypatch):
     from dgemma_lsp.engine.weights.quantization import SAVE_FORMAT_VERSION, saved_format_version
 
     monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path))
     folder = ensure_tiny_random_model()
     old = loading.quantized_cache_dir(folder, "int4")
     old.mkdir(parents=True)
-    (old / "quantization.json").write_text(json.dumps({"format_version": 1, "mode": "int4"}))
+    (old / "quantization.json").write_text(json.dumps({"format_version": old_version, "mode": "int4"}))
 
     model, _, _ = loading.load_model_and_tokenizer("tiny-random", quantization="int4")
 

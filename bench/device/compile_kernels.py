@@ -1,0 +1,161 @@
+"""The expert GEMM compiled ahead of time for each GPU we target, no GPU needed: does it build, spill, use the MMA?
+
+For each variant (int4 with the PTX unpack, int4 with Triton bit ops, affine int4, w8a8 and w8a16 int8 / fp8)
+and each launch of one MoE layer at the full shape (gate_up, down; 256 and 1,024 tokens), builds the launch
+the product would make (`fused_moe.expert_gemm_launch` on meta tensors: the same arguments, the same JIT
+specialization of 1-valued and 16-divisible integers and pointers), compiles it with Triton for sm_89 (RTX
+4090), sm_90 (H100/H200) and sm_120 (RTX 5090) with the ptxas Triton ships, and reads the cubin: registers,
+spill stack, shared memory, which matrix instruction (HMMA / HGMMA / IMMA / IGMMA / QMMA / QGMMA) and how
+many of its loads are 16 bytes wide. Exits 1 when a launch fails to build, spills, or has no MMA.
+
+Runs on a CPU-only machine (the tests do) and on a lent GPU machine, where it shows what that machine's
+Triton makes of the same launches. Must run without TRITON_INTERPRET (it compiles real kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import CUDABackend
+from triton.compiler import ASTSource
+from triton.runtime.jit import native_specialize_impl
+
+from dgemma_lsp.engine.kernels import expert_kernels, fused_moe, quant_formats
+
+FULL = dict(experts=128, top_k=8, hidden=2816, width=704, group=128)
+VARIANTS = {
+    # name: (weights, activations, asm)
+    "int4": ("int4", "none", True),
+    "int4-bits": ("int4", "none", False),
+    "int4-affine32": ("int4-affine", "none", True),
+    "int8": ("int8", "int8", False),
+    "int8-w8a16": ("int8", "none", False),
+    "fp8": ("fp8", "fp8", False),
+    "fp8-w8a16": ("fp8", "none", False),
+}
+MMA = re.compile(r"\b([HIQ]G?MMA)\.")
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+
+def meta(*shape, dtype=torch.bfloat16) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def packed(weights: str, n: int, k: int, group: int, experts: int):
+    """Meta (data, scales, mins) of a stacked weight `[E, n, k]` in `weights`' layout."""
+    data_dtype = {"int4": torch.int16, "int4-affine": torch.int16, "int8": torch.int8, "fp8": torch.uint8}[weights]
+    values = quant_formats.values_per_element("int4" if weights.startswith("int4") else weights)
+    group = 32 if weights == "int4-affine" else quant_formats.effective_group_size(k, group)
+    scales = meta(experts, k // group, n)
+    return meta(experts, n, k // values, dtype=data_dtype), scales, (meta(experts, k // group, n)
+                                                                     if weights == "int4-affine" else None)
+
+
+def layer_launches(weights: str, activations: str, tokens: int):
+    """(name, grid, args, kwargs) of the gate_up and down launches of one layer."""
+    e, top_k, hidden, width, group = (FULL[k] for k in ("experts", "top_k", "hidden", "width", "group"))
+    pairs = tokens * top_k
+    block_m = fused_moe.block_m_for(pairs, e)
+    max_rows, max_blocks = fused_moe._routing_sizes(pairs, e, block_m)
+    routing = (meta(max_rows, dtype=torch.int32), meta(max_blocks, dtype=torch.int32), meta(1, dtype=torch.int32))
+    gate_up = packed(weights, 2 * width, hidden, group, e)
+    down = packed(weights, hidden, width, group, e)
+    launches = []
+    for name, a, (w, s, m), n, out, route, a_div, out_div in (
+        ("gate_up", meta(tokens, hidden), gate_up, width, meta(pairs, width), None, top_k, 1),
+        ("down", meta(pairs, width), down, hidden, meta(tokens, hidden, dtype=torch.float32), meta(tokens, top_k), 1,
+         top_k),
+    ):  # fmt: skip
+        grid, args, kwargs = fused_moe.expert_gemm_launch(
+            a, w, s, m, *routing, route, out, num_rows=pairs, n=n, a_row_div=a_div, out_row_div=out_div,
+            block_m=block_m, weights=weights, activations=activations, gated=name == "gate_up",
+        )  # fmt: skip
+        launches.append((name, grid, args, kwargs))
+    return launches
+
+
+def compile_launch(args, kwargs, arch: int):
+    """Compile `expert_gemm_kernel` for these launch arguments as the JIT would specialize them."""
+    kernel = expert_kernels.expert_gemm_kernel
+    signature, constexprs, attrs = {}, {}, {}
+    runtime = [p for p in kernel.params if not p.is_constexpr]
+    for index, (param, value) in enumerate(zip(runtime, args, strict=True)):
+        kind, key = native_specialize_impl(CUDABackend, value, False, True, True)
+        if kind == "constexpr":
+            signature[param.name], constexprs[param.name] = "constexpr", value
+        else:
+            signature[param.name] = kind
+            if key == "D":
+                attrs[(index,)] = [["tt.divisibility", 16]]
+    options = {"num_warps": kwargs.get("num_warps", 4), "num_stages": kwargs.get("num_stages", 3)}
+    for param in kernel.params:
+        if param.is_constexpr:
+            signature[param.name], constexprs[param.name] = "constexpr", kwargs[param.name]
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def cubin_report(compiled) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as file:
+        file.write(compiled.asm["cubin"])
+    try:
+        usage = subprocess.run([CUOBJDUMP, "-res-usage", file.name], capture_output=True, text=True).stdout
+        sass = subprocess.run([CUOBJDUMP, "-sass", file.name], capture_output=True, text=True).stdout
+    finally:
+        os.unlink(file.name)
+    registers, stack = (int(v) for v in re.search(r"REG:(\d+) STACK:(\d+)", usage).groups())
+    loads = re.findall(r"\b(LDG(?:STS)?\.E[.\w]*)", sass)
+    return {
+        "registers": registers,
+        "stack": stack,
+        "shared": compiled.metadata.shared,
+        "mma": dict(collections.Counter(MMA.findall(sass))),
+        "wide_loads": sum(".128" in op for op in loads),
+        "loads": len(loads),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--archs", default="89,90,120", help="compute capabilities x10: 89 RTX 4090, 90 H100/H200, 120 RTX 5090")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"subset of {','.join(VARIANTS)}")
+    parser.add_argument("--tokens", default="256,1024", help="canvas tokens (1,024 = 4 candidates)")
+    args = parser.parse_args()
+    assert not fused_moe.interpreting(), "run without TRITON_INTERPRET: this compiles real kernels"
+    print(f"triton {triton.__version__}, full shape {FULL}", flush=True)
+    failures = 0
+    for arch in (int(a) for a in args.archs.split(",")):
+        for name in args.variants.split(","):
+            weights, activations, asm = VARIANTS[name]
+            for tokens in (int(t) for t in args.tokens.split(",")):
+                with fused_moe.launch_settings(asm=asm):
+                    launches = layer_launches(weights, activations, tokens)
+                for launch, grid, launch_args, kwargs in launches:
+                    where = f"sm_{arch} {name:<13} {tokens:>4} tok {launch:<7}"
+                    try:
+                        report = cubin_report(compile_launch(launch_args, kwargs, arch))
+                    except Exception as error:  # the report names every launch that does not build
+                        failures += 1
+                        print(f"{where} FAILED {type(error).__name__}: {str(error)[:300]}", flush=True)
+                        continue
+                    bad = report["stack"] > 0 or not report["mma"]
+                    failures += bad
+                    print(f"{where} regs {report['registers']:>3} spill {report['stack']:>3} B smem "
+                          f"{report['shared']:>6} B grid {grid[0]:>5} BLOCK_M {kwargs['BLOCK_M']} BLOCK_N "
+                          f"{kwargs['BLOCK_N']} swap {kwargs['SWAP']:d} mma {report['mma']} 16-byte loads "
+                          f"{report['wide_loads']}/{report['loads']}{'  FAIL' if bad else ''}", flush=True)  # fmt: skip
+    print("compile: PASS" if not failures else f"compile: FAIL ({failures})", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,412 @@
+"""Triton kernel of the quantized experts (and dense linears): one grouped GEMM for every packed format.
+
+Owns the device code only: `expert_gemm_kernel` and the int4 unpacking it
+uses. When to launch it, with which tiles, is `fused_moe`; the formats are
+`quant_formats`; the routing alignment kernel and the first-generation
+dequant GEMM (kept for A/B timing) are `moe_kernels`.
+
+What it does per program (one block of BLOCK_M routed rows of one expert, one
+block of BLOCK_N output columns), and why:
+
+- int4 (w4a16): reads the tile layout of `quant_formats` (int16 words, four
+  codes each, a K-block of 64 inputs = 16 words per row). Code j of a word
+  goes straight into the mantissa of a bf16 constant: 0x4300 | c is exactly
+  the bf16 of 128 + c, and one subtraction (of 136: codes are q + 8) leaves
+  q. No integer-to-float conversion, no fp32, no sign extension. On CUDA
+  (`ASM`) that is `lop3` + `fma.rn.bf16x2` on two words per 32-bit register
+  (`pack=2`), the trick of Marlin's dequant.h written here for our layout;
+  the pure version does the same bits with Triton integer ops and a bitcast,
+  runs in the interpreter, and the device script checks the two equal. Each
+  code gives a `[BLOCK_N, 16]` tile of 16 *consecutive* inputs, so a K-block
+  is four K=16 dots with no shuffle of the activations.
+- scales are applied to the fp32 partial sum once per group, never to the
+  weights: the integers -8..7 are exact in bf16, so the products are exact
+  and a group's dots accumulate unscaled (the scale hoisted out of the
+  inner loop). Affine int4 (weight = scale * code + min, the form GGUF /
+  AWQ weights import into) adds min * (sum of the group's activations).
+- w8a8 (`ACTIVATIONS` int8 or fp8): the activation tile of each K step is
+  quantized in registers, per row (absmax / 127 or / 448), and the raw
+  int8 / e4m3 weight bytes go into the MMA as they are loaded: no weight
+  conversion at all. The partial sum is scaled by the row's activation scale
+  and the column's weight scale. Finer than vLLM's per-token scales (one per
+  K step of 64 inputs), in-kernel so no extra launch and no extra read.
+  int8 MMA runs on every card we target (sm80+); fp8 needs sm89+. Measured
+  on the tiny layer (bench moe, CPU): error against the unquantized weights
+  int8 1.0% -> 1.6%, fp8 4.3% -> 6.0% (int4: 18.5%).
+- w8a16 (`ACTIVATIONS` 0 with int8 / fp8 weights): the first generation's
+  conversion through fp32, kept for cards without fp8 MMA and for A/B.
+- `SWAP`: tokens on the MMA's N side. An expert gets ~16 rows at a 256-token
+  canvas; with the weight tile as the dot's first operand the tensor core's M
+  (64 per Hopper warpgroup) is filled by weight rows and 16 tokens are a
+  legal N, and on Hopper the dequantized tile can feed the MMA from registers.
+- `GATED` (gate and up stacked along N) fuses gelu_tanh(gate) * up into the
+  epilogue; `ROUTE_WEIGHTED` scales each row by its routing weight and adds it
+  atomically (fp32) into its token's row: the top-k sum.
+
+`FP32_MATH` (set under TRITON_INTERPRET=1) converts the dot operands to fp32:
+the interpreter's bf16 arithmetic and dot are wrong, and every bf16 product
+is exact in fp32 anyway. The kernels run on CPU tensors in the interpreter
+(the tests do); the decorators read TRITON_INTERPRET when this module is imported.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+WEIGHT_CODES = {"int8": 0, "int4": 1, "fp8": 2, "int4-affine": 3}
+"""The `WEIGHTS` constexpr for each stored format."""
+ACTIVATION_CODES = {"none": 0, "int8": 1, "fp8": 2}
+"""The `ACTIVATIONS` constexpr: as given (bf16 on CUDA) or quantized in the kernel."""
+INT4_BLOCK_K = 64
+"""K inputs per int4 step: 16 words of 4 codes (quant_formats.INT4_SUBTILE)."""
+
+
+@triton.jit
+def _int4_code(words32, j: tl.constexpr, SYMMETRIC: tl.constexpr, FP32_MATH: tl.constexpr):
+    """Code j of each word as the weight value (q for symmetric, c for affine): magic-number bits, one subtraction."""
+    bits = ((words32 >> (4 * j)) & 0xF) | 0x4300  # the bf16 of 128 + code, exactly
+    value = bits.to(tl.int16).to(tl.bfloat16, bitcast=True)
+    if FP32_MATH:
+        value = value.to(tl.float32)
+    if SYMMETRIC:
+        value = value - 136.0  # codes are q + 8; exact: both sides are in [128, 143]
+    else:
+        value = value - 128.0
+    return value
+
+
+@triton.jit
+def _int4_codes_asm(words, SYMMETRIC: tl.constexpr):
+    """The four codes of int16 `words` as bf16 tiles, two words per 32-bit register:
+    (x >> 4j) & 0x000F000F | 0x43004300 is a bf16 pair (128 + c, 128 + c'), one `lop3`;
+    an fma by 1.0 with -136 (-128 affine) gives both values, one instruction (sm80+)."""
+    if SYMMETRIC:
+        codes = tl.inline_asm_elementwise(
+            asm="""
+            {
+            .reg .b32 shifted, one, bias;
+            mov.b32 one, 0x3F803F80;
+            mov.b32 bias, 0xC308C308;
+            lop3.b32 $0, $4, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 $0, $0, one, bias;
+            shr.b32 shifted, $4, 4;
+            lop3.b32 $1, shifted, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 $1, $1, one, bias;
+            shr.b32 shifted, $4, 8;
+            lop3.b32 $2, shifted, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 $2, $2, one, bias;
+            shr.b32 shifted, $4, 12;
+            lop3.b32 $3, shifted, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 $3, $3, one, bias;
+            }
+            """,
+            constraints="=r,=r,=r,=r,r",
+            args=[words],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16),
+            is_pure=True,
+            pack=2,
+        )
+    else:
+        codes = tl.inline_asm_elementwise(
+            asm="""
+            {
+            .reg .b32 shifted, one, bias;
+            mov.b32 one, 0x3F803F80;
+            mov.b32 bias, 0xC300C300;
+            lop3.b32 $0, $4, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 $0, $0, one, bias;
+            shr.b32 shifted, $4, 4;
+            lop3.b32 $1, shifted, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 $1, $1, one, bias;
+            shr.b32 shifted, $4, 8;
+            lop3.b32 $2, shifted, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 $2, $2, one, bias;
+            shr.b32 shifted, $4, 12;
+            lop3.b32 $3, shifted, 0x000F000F, 0x43004300, 0xEA;
+            fma.rn.bf16x2 $3, $3, one, bias;
+            }
+            """,
+            constraints="=r,=r,=r,=r,r",
+            args=[words],
+            dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16),
+            is_pure=True,
+            pack=2,
+        )
+    return codes
+
+
+@triton.jit
+def _int4_tiles(words, SYMMETRIC: tl.constexpr, ASM: tl.constexpr, FP32_MATH: tl.constexpr):
+    """The four `[.., 16]`-input weight tiles held by a tile of int16 words (code j = inputs 16j..16j+15)."""
+    if ASM:
+        tiles = _int4_codes_asm(words, SYMMETRIC)
+    else:
+        words32 = words.to(tl.int32)  # sign extension is masked off by the & 0xF
+        tiles = (
+            _int4_code(words32, 0, SYMMETRIC, FP32_MATH),
+            _int4_code(words32, 1, SYMMETRIC, FP32_MATH),
+            _int4_code(words32, 2, SYMMETRIC, FP32_MATH),
+            _int4_code(words32, 3, SYMMETRIC, FP32_MATH),
+        )
+    return tiles
+
+
+@triton.jit
+def _scaled_group(part, s_ptrs, n_valid, group_offset, SWAP: tl.constexpr):
+    """part * the group's weight scale per output column (fp32)."""
+    scale = tl.load(s_ptrs + group_offset, mask=n_valid, other=0.0).to(tl.float32)
+    if SWAP:
+        return part * scale[:, None]
+    else:
+        return part * scale[None, :]
+
+
+@triton.jit
+def _group_mins(m_ptrs, n_valid, group_offset, row_sums, SWAP: tl.constexpr):
+    """Affine int4: min per output column * the group's activation sum per row."""
+    mins = tl.load(m_ptrs + group_offset, mask=n_valid, other=0.0).to(tl.float32)
+    if SWAP:
+        return mins[:, None] * row_sums[None, :]
+    else:
+        return row_sums[:, None] * mins[None, :]
+
+
+@triton.jit
+def _dot(w, a, SWAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """w `[BLOCK_N, k]` (SWAP) or `[k, BLOCK_N]`, a `[k, BLOCK_M]` (SWAP) or `[BLOCK_M, k]`: the partial product."""
+    if SWAP:
+        return tl.dot(w, a, input_precision=DOT_PRECISION)
+    else:
+        return tl.dot(a, w, input_precision=DOT_PRECISION)
+
+
+@triton.jit
+def _round_to_e4m3(x):
+    """fp32 rounded to the nearest-even e4m3 value (|x| <= 448), in fp32 arithmetic.
+
+    For the interpreter only: Triton 3.7's interpreted fp32 -> float8e4nv conversion loses the carry
+    when rounding up crosses a power of two (-7.96 became -4, not -8). Adding and taking away
+    copysign(2^(e + 20), x), e = x's exponent (>= -6, e4m3's subnormal step), rounds x to 3 mantissa
+    bits with fp32's own round-to-nearest-even; the result then converts exactly.
+    """
+    bits = x.to(tl.int32, bitcast=True)
+    exponent = tl.maximum(((bits >> 23) & 0xFF) - 127, -6)
+    magic = ((exponent + 20 + 127) << 23) | (bits & -2147483648)  # 2^(e+20) with x's sign
+    shift = magic.to(tl.float32, bitcast=True)
+    return (x + shift) - shift
+
+
+@triton.jit
+def _quantized_activations(a, ACTIVATIONS: tl.constexpr, SWAP: tl.constexpr, FP32_MATH: tl.constexpr):
+    """Per-row quantization of an activation tile (rows along axis 1 when SWAP): (codes, fp32 scale per row)."""
+    values = a.to(tl.float32)
+    k_axis: tl.constexpr = 0 if SWAP else 1
+    absmax = tl.max(tl.abs(values), axis=k_axis)
+    if ACTIVATIONS == 2:
+        row_scale = tl.maximum(absmax, 1e-12) / 448.0
+    else:
+        row_scale = tl.maximum(absmax, 1e-12) / 127.0
+    if SWAP:
+        scaled = values / row_scale[None, :]
+    else:
+        scaled = values / row_scale[:, None]
+    if ACTIVATIONS == 2:
+        if FP32_MATH:
+            scaled = _round_to_e4m3(scaled)
+        codes = scaled.to(tl.float8e4nv)
+    else:
+        codes = tl.minimum(tl.maximum(tl.floor(scaled + 0.5), -127.0), 127.0).to(tl.int8)
+    return codes, row_scale
+
+
+@triton.jit
+def _weight_values(raw, WEIGHTS: tl.constexpr, ACTIVATIONS: tl.constexpr, dtype):
+    """An 8-bit weight tile as the dot takes it: raw bytes for w8a8, converted (exact) for w8a16."""
+    if ACTIVATIONS == 2:
+        values = raw.to(tl.float8e4nv, bitcast=True)
+    elif ACTIVATIONS == 1:
+        values = raw
+    elif WEIGHTS == 2:
+        values = raw.to(tl.float8e4nv, bitcast=True).to(tl.float32).to(dtype)
+    else:
+        values = raw.to(tl.float32).to(dtype)  # via fp32: the interpreter mangles int -> bf16
+    return values
+
+
+@triton.jit
+def _w8_partial(a, w_raw, WEIGHTS: tl.constexpr, ACTIVATIONS: tl.constexpr, SWAP: tl.constexpr,
+                DOT_PRECISION: tl.constexpr, FP32_MATH: tl.constexpr):  # fmt: skip
+    """One K step of an 8-bit weight tile against a (bf16, or in-kernel quantized) activation tile, fp32."""
+    if ACTIVATIONS == 0:
+        part = _dot(_weight_values(w_raw, WEIGHTS, ACTIVATIONS, a.dtype), a, SWAP, DOT_PRECISION)
+    else:
+        codes, row_scale = _quantized_activations(a, ACTIVATIONS, SWAP, FP32_MATH)
+        w = _weight_values(w_raw, WEIGHTS, ACTIVATIONS, a.dtype)
+        if ACTIVATIONS == 1:
+            if SWAP:
+                part = tl.dot(w, codes, out_dtype=tl.int32).to(tl.float32) * row_scale[None, :]
+            else:
+                part = tl.dot(codes, w, out_dtype=tl.int32).to(tl.float32) * row_scale[:, None]
+        else:
+            if SWAP:
+                part = tl.dot(w, codes) * row_scale[None, :]
+            else:
+                part = tl.dot(codes, w) * row_scale[:, None]
+    return part
+
+
+@triton.jit
+def expert_gemm_kernel(
+    a_ptr,  # activations [A rows, K]
+    w_ptr,  # packed weights [E, N (x2 when GATED), K / values per element]
+    s_ptr,  # scales [E, K / GROUP, N (x2)]
+    m_ptr,  # affine int4: mins, laid out as the scales
+    out_ptr,  # [out rows, N]: dtype of the result, fp32 when ROUTE_WEIGHTED (atomic sums)
+    sorted_pairs_ptr,  # ROUTED: [MAX_ROWS] int32 pair per padded row
+    block_experts_ptr,  # ROUTED: [MAX_BLOCKS] int32 expert per row block
+    rows_used_ptr,  # ROUTED: [1] int32
+    route_weights_ptr,  # ROUTE_WEIGHTED: [P] routing weight per pair
+    num_rows,  # ROUTED: pairs P; dense: rows of a
+    N,
+    K,
+    a_row_div,  # a row = pair // a_row_div (gate_up reads token = pair // top_k; down reads pair)
+    out_row_div,  # out row = pair // out_row_div (down sums the top_k pairs of a token into one row)
+    stride_am,
+    stride_ak,
+    stride_we,
+    stride_wn,
+    stride_wk,
+    stride_se,
+    stride_sg,
+    stride_sn,
+    stride_om,
+    stride_on,
+    GROUP: tl.constexpr,
+    WEIGHTS: tl.constexpr,
+    ACTIVATIONS: tl.constexpr,
+    ROUTED: tl.constexpr,
+    GATED: tl.constexpr,
+    ROUTE_WEIGHTED: tl.constexpr,
+    SWAP: tl.constexpr,
+    ASM: tl.constexpr,
+    FP32_MATH: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """out = a @ w[expert].T per row block (w dequantized in registers), with the MoE prologue/epilogue when routed.
+
+    int4 (WEIGHTS 1, 3): BLOCK_K is 64, GROUP a multiple of 16. 8-bit: BLOCK_K divides GROUP; with
+    ACTIVATIONS the activation scale is per row per BLOCK_K inputs.
+    """
+    pid = tl.program_id(0)
+    n_blocks = tl.cdiv(N, BLOCK_N)
+    pid_m = pid // n_blocks
+    pid_n = pid % n_blocks
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if ROUTED:
+        # The grid is sized for the worst case; blocks past the rows in use leave at once.
+        if pid_m * BLOCK_M >= tl.load(rows_used_ptr):
+            return
+        expert = tl.load(block_experts_ptr + pid_m).to(tl.int64)
+        pairs = tl.load(sorted_pairs_ptr + rows)
+        row_valid = pairs < num_rows
+        a_rows = pairs // a_row_div
+        out_rows = pairs // out_row_div
+    else:
+        expert = 0
+        pairs = rows
+        row_valid = rows < num_rows
+        a_rows = rows
+        out_rows = rows
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_valid = offs_n < N
+    INT4: tl.constexpr = WEIGHTS % 2 == 1  # codes 1 (int4) and 3 (int4-affine)
+    SUB_K: tl.constexpr = 16 if INT4 else BLOCK_K  # inputs per dot
+    W_STEP: tl.constexpr = 16 if INT4 else BLOCK_K  # stored elements per K step along a row
+    offs_k = tl.arange(0, SUB_K)
+    offs_wk = tl.arange(0, W_STEP)
+    # Pointer tiles are built once and advanced per K step (index math stays out of the loop).
+    if SWAP:
+        a_ptrs = a_ptr + a_rows[None, :] * stride_am + offs_k[:, None] * stride_ak  # [SUB_K, BLOCK_M]
+        a_mask = row_valid[None, :]
+        w_ptrs = w_ptr + expert * stride_we + offs_n[:, None] * stride_wn + offs_wk[None, :] * stride_wk
+        w_mask = n_valid[:, None]
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        a_ptrs = a_ptr + a_rows[:, None] * stride_am + offs_k[None, :] * stride_ak  # [BLOCK_M, SUB_K]
+        a_mask = row_valid[:, None]
+        w_ptrs = w_ptr + expert * stride_we + offs_n[None, :] * stride_wn + offs_wk[:, None] * stride_wk
+        w_mask = n_valid[None, :]
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    acc_up = tl.zeros_like(acc)
+    s_ptrs = s_ptr + expert * stride_se + offs_n * stride_sn  # [BLOCK_N]
+    m_ptrs = m_ptr + expert * stride_se + offs_n * stride_sn
+    up_w_offset = N * stride_wn  # GATED: the up rows follow the N gate rows
+    up_s_offset = N * stride_sn
+    for k0 in range(0, K, BLOCK_K):
+        if INT4:
+            # One K-block: 16 words per row, 4 codes each = 64 inputs in four 16-input tiles.
+            tiles = _int4_tiles(tl.load(w_ptrs, mask=w_mask, other=0), WEIGHTS == 1, ASM, FP32_MATH)
+            if GATED:
+                tiles_up = _int4_tiles(tl.load(w_ptrs + up_w_offset, mask=w_mask, other=0), WEIGHTS == 1, ASM,
+                                       FP32_MATH)  # fmt: skip
+            # Tiles of one scale group accumulate unscaled; the scale lands once per group.
+            SUBTILES_PER_GROUP: tl.constexpr = GROUP // 16 if GROUP < 64 else 4
+            part = tl.zeros_like(acc)
+            part_up = tl.zeros_like(acc)
+            row_sums = tl.zeros([BLOCK_M], dtype=tl.float32)  # affine: the group's activation sum per row
+            for j in tl.static_range(4):
+                a = tl.load(a_ptrs + (k0 + 16 * j) * stride_ak, mask=a_mask, other=0.0)
+                if FP32_MATH:
+                    a = a.to(tl.float32)
+                part += _dot(tiles[j].to(a.dtype), a, SWAP, DOT_PRECISION)
+                if GATED:
+                    part_up += _dot(tiles_up[j].to(a.dtype), a, SWAP, DOT_PRECISION)
+                if WEIGHTS == 3:
+                    row_sums += tl.sum(a.to(tl.float32), axis=0 if SWAP else 1)
+                if (j + 1) % SUBTILES_PER_GROUP == 0:
+                    group_offset = ((k0 + 16 * j) // GROUP) * stride_sg
+                    acc += _scaled_group(part, s_ptrs, n_valid, group_offset, SWAP)
+                    if WEIGHTS == 3:
+                        acc += _group_mins(m_ptrs, n_valid, group_offset, row_sums, SWAP)
+                    if GATED:
+                        acc_up += _scaled_group(part_up, s_ptrs + up_s_offset, n_valid, group_offset, SWAP)
+                        if WEIGHTS == 3:
+                            acc_up += _group_mins(m_ptrs + up_s_offset, n_valid, group_offset, row_sums, SWAP)
+                    part = tl.zeros_like(acc)
+                    part_up = tl.zeros_like(acc)
+                    row_sums = tl.zeros_like(row_sums)
+        else:
+            a = tl.load(a_ptrs + k0 * stride_ak, mask=a_mask, other=0.0)
+            if FP32_MATH and ACTIVATIONS == 0:
+                a = a.to(tl.float32)
+            group_offset = (k0 // GROUP) * stride_sg  # BLOCK_K divides GROUP: one scale per column per step
+            w_raw = tl.load(w_ptrs, mask=w_mask, other=0)
+            part = _w8_partial(a, w_raw, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
+            acc += _scaled_group(part, s_ptrs, n_valid, group_offset, SWAP)
+            if GATED:
+                w_up = tl.load(w_ptrs + up_w_offset, mask=w_mask, other=0)
+                part_up = _w8_partial(a, w_up, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
+                acc_up += _scaled_group(part_up, s_ptrs + up_s_offset, n_valid, group_offset, SWAP)
+        w_ptrs += W_STEP * stride_wk
+    if GATED:
+        # gelu_tanh(x) = x * (1 + tanh(z)) / 2 = x * sigmoid(2z), z = sqrt(2/pi) * (x + 0.044715 x^3)
+        inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        acc = acc * tl.sigmoid(2.0 * inner) * acc_up
+    if SWAP:
+        out_ptrs = out_ptr + out_rows[None, :] * stride_om + offs_n[:, None] * stride_on
+        out_mask = row_valid[None, :] & n_valid[:, None]
+    else:
+        out_ptrs = out_ptr + out_rows[:, None] * stride_om + offs_n[None, :] * stride_on
+        out_mask = row_valid[:, None] & n_valid[None, :]
+    if ROUTE_WEIGHTED:
+        route = tl.load(route_weights_ptr + pairs, mask=row_valid, other=0.0).to(tl.float32)
+        if SWAP:
+            tl.atomic_add(out_ptrs, acc * route[None, :], mask=out_mask)
+        else:
+            tl.atomic_add(out_ptrs, acc * route[:, None], mask=out_mask)
+    else:
+        tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)

@@ -187,7 +187,7 @@ def stage_sweep(args) -> None:
             reference = forward().float()
             say(f"{mode} default: {moe.graph_ms(forward, device, 10) or math.nan:.3f} ms/layer")
             results = []
-            for block_m, block_n, swap, warps, stages in grid:
+            for block_m, block_n, swap, warps, stages in grid[:args.configs]:
                 if time.time() > deadline:
                     say(f"{mode}: stopped at the deadline after {len(results)} configs")
                     break
@@ -213,6 +213,7 @@ def main() -> int:
     parser.add_argument("--tokens", default="256,1024", help="time: canvas tokens per run (1,024 = 4 candidates)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--modes", default="int4,int8,fp8", help="sweep: the modes swept, in order")
+    parser.add_argument("--configs", type=int, default=None, help="sweep: at most this many configs a mode")
     parser.add_argument("--seconds", type=float, default=120, help="sweep: no new config after this")
     args = parser.parse_args()
     say(f"torch {torch.__version__}, triton {__import__('triton').__version__}, "

@@ -210,6 +210,7 @@ class _StepBuffers:
     entropy_bound: torch.Tensor  # [] fp32
     confidence_threshold: torch.Tensor  # [] fp32; early stop when the mean entropy is below it
     masks: dict  # the decoder's attention masks (tensors copied in per canvas)
+    rotary: dict  # layer type -> (cos, sin) [L, D] of the canvas positions (fused decoder; set per canvas)
     argmax: torch.Tensor  # out [B, L] int64: the draft
     confidence: torch.Tensor  # out [B, L] fp32
     finished: torch.Tensor  # [B] bool: stable and confident (early stop), sticky within a canvas
@@ -229,9 +230,17 @@ class DenoiseOutput:
 class CompiledDenoiser:
     """Denoising steps as graph replays (or eager calls of the same step without CUDA)."""
 
-    def __init__(self, model, *, capture: bool, eos_ids: set[int], pad_id: int) -> None:
+    def __init__(self, model, *, capture: bool, eos_ids: set[int], pad_id: int, fused: bool | None = None) -> None:
+        """`fused`: the decoder's non-expert work and the step's tail in fused kernels (`fused_decoder`);
+        None: wherever the model allows it; False: transformers' decoder and torch ops (the A/B baseline)."""
+        from .fused_decoder import FusedDecoder, unsupported
+
         self.model = model
         self.capture = capture
+        reason = unsupported(model)
+        if fused and reason is not None:
+            raise ModelLoadError(f"the fused decoder cannot run this model: {reason}")
+        self.fused = FusedDecoder(model) if (fused is None and reason is None) or fused else None
         self.eos_ids = eos_ids
         self.pad_id = pad_id
         self.device = model.device
@@ -376,6 +385,11 @@ class CompiledDenoiser:
             entropy_bound=torch.zeros((), dtype=torch.float32, device=device),
             confidence_threshold=torch.zeros((), dtype=torch.float32, device=device),
             masks={name: (m.clone() if isinstance(m, torch.Tensor) else m) for name, m in masks.items()},
+            rotary=(
+                {name: (cos.clone(), sin.clone()) for name, (cos, sin) in
+                 self.fused.rotary(torch.zeros((1, length), dtype=torch.int32, device=device), dtype).items()}
+                if self.fused is not None else {}
+            ),  # fmt: skip
             argmax=torch.full((batch, length), -1, dtype=torch.int64, device=device),
             confidence=torch.zeros((batch, length), dtype=torch.float32, device=device),
             finished=torch.zeros((batch,), dtype=torch.bool, device=device),
@@ -403,27 +417,37 @@ class CompiledDenoiser:
         for name, mask in self._masks(cache, buffers.canvas, batch).items():
             if isinstance(mask, torch.Tensor):
                 buffers.masks[name].copy_(mask)
+        if self.fused is not None:
+            dtype = self.model.model.decoder.embed_tokens.weight.dtype
+            for name, (cos, sin) in self.fused.rotary(buffers.positions, dtype).items():
+                buffers.rotary[name][0].copy_(cos)
+                buffers.rotary[name][1].copy_(sin)
 
     def _eager_step(self, buffers: _StepBuffers, cache: StaticCache) -> Callable[[], None]:
-        from .fused_sampler import sample_logits
+        from .fused_sampler import accept_and_update, sample_logits
 
         model = self.model
         assert isinstance(model.lm_head, torch.nn.Linear) and model.lm_head.bias is None, "lm_head is a plain linear"
         lm_head = model.lm_head.weight  # [V, H], tied to the embeddings and never quantized
 
         decoder = model.model.decoder
+        fused = self.fused
 
         def step() -> None:
-            # Last step's logits to soft embeddings here rather than in transformers' decoder (the same
-            # values, a fraction of its memory: `soft_embeddings`), handed to its self-conditioning block.
-            signal = soft_embeddings(decoder, buffers.self_conditioning, buffers.self_conditioning_on)
-            with self_conditioning_signal(decoder, signal):
-                hidden = decoder(
-                    decoder_input_ids=buffers.canvas,
-                    decoder_attention_mask=buffers.masks or None,
-                    **with_cache(cache),
-                    decoder_position_ids=buffers.positions,
-                ).last_hidden_state
+            if fused is not None:
+                hidden = fused.forward(buffers.canvas, buffers.self_conditioning, buffers.self_conditioning_on,
+                                       cache, buffers.masks, buffers.rotary)  # fmt: skip
+            else:
+                # Last step's logits to soft embeddings here rather than in transformers' decoder (the same
+                # values, a fraction of its memory: `soft_embeddings`), handed to its self-conditioning block.
+                signal = soft_embeddings(decoder, buffers.self_conditioning, buffers.self_conditioning_on)
+                with self_conditioning_signal(decoder, signal):
+                    hidden = decoder(
+                        decoder_input_ids=buffers.canvas,
+                        decoder_attention_mask=buffers.masks or None,
+                        **with_cache(cache),
+                        decoder_position_ids=buffers.positions,
+                    ).last_hidden_state
             # The logits go straight into the self-conditioning buffer (the decoder has read last step's
             # already) and the sampler rewrites them there, scaled: no second [B, L, V] tensor (0.5 GB
             # in bf16 at 4 candidates). The softcap happens in the sampler.
@@ -433,6 +457,13 @@ class CompiledDenoiser:
                 buffers.self_conditioning, buffers.inv_temperature, buffers.seed,
                 scaled_out=buffers.self_conditioning, softcap=self.softcap,
             )  # fmt: skip
+            if fused is not None:
+                accept_and_update(
+                    sampled, canvas=buffers.canvas, draft=buffers.argmax, confidence=buffers.confidence,
+                    finished=buffers.finished, entropy_bound=buffers.entropy_bound,
+                    confidence_threshold=buffers.confidence_threshold, seed=buffers.seed, vocab=self.vocab,
+                )  # fmt: skip
+                return
             frozen = buffers.finished[:, None]  # finished rows keep their canvas, as in transformers
             sorted_entropy, order = torch.sort(sampled.entropy, dim=-1)
             selected = torch.cumsum(sorted_entropy, dim=-1) - sorted_entropy <= buffers.entropy_bound

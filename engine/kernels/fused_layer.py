@@ -1,0 +1,545 @@
+"""Fused kernels for everything in a DiffusionGemma decoder layer outside the experts and the GEMMs.
+
+Owns the Triton kernels (and their `dgemma::*` custom ops) that `fused_decoder` chains into a
+denoising step: the sandwich norms with their residual adds and the layer scalar (two launches a
+layer), the q / k / v head norms with the rotary embedding written straight into attention's layout,
+the attention's key/value buffer built from the static cache, GELU-tanh x up, the router's softmax +
+top-k + renormalisation + per-expert scale, and, at the step's edges, the embedding + self-conditioning
+input and the row softmax of the self-conditioning logits. Knows the arithmetic of transformers'
+DiffusionGemma modules (5.24) and nothing of caches, graphs or requests.
+
+Numerics: each kernel computes in fp32 and rounds to the activations' dtype at exactly the points
+where transformers' eager code produces a tensor of that dtype (after each RMSNorm, each add, each
+product with a bf16 weight, the rotary's two products and their sum), so a bf16 step differs from
+transformers' only by the order of fp32 reductions (a norm's mean, a softmax's sum). Each kernel is
+tested against an fp32 reference in Triton's interpreter on CPU (tests/engine/test_fused_layer.py).
+
+Why our own kernels and not a library's: Liger-Kernel (BSD-2, pure Triton, read at 0.8.5) has one
+RMSNorm per launch and a pre-norm `residual + x -> norm` fused add; Gemma 4's layer is post-norm
+(norm the branch, then add it to the residual, then three norms of the sum, and at the layer's end two
+branch norms, their sum, a norm, the residual add, the layer scalar and the next layer's input norm).
+With Liger those are ~8 launches and the adds apart; here 2. Its kernels also launch from Python with
+no custom op around them, so fake tensors (`make dryrun`) and operator counters could not see them,
+and the GPU machine would need its wheel carried over. Plain `tl.*` only, no inline assembly or
+architecture switches: the same kernels run on sm_89 (RTX 4090), sm_90 and sm_120 (RTX 5090).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# -- helpers inside kernels -------------------------------------------------------------------------
+
+
+@triton.jit
+def _round(x, DTYPE: tl.constexpr):
+    """fp32 x rounded to nearest-even in DTYPE, as fp32: where transformers stores a tensor of that dtype.
+
+    bf16 by bit arithmetic: Triton's interpreter (the CPU tests) truncates on `.to(tl.bfloat16)`
+    where a GPU rounds to nearest even; this gives the GPU's answer in both (NaN aside).
+    """
+    if DTYPE == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    elif DTYPE == tl.float32:
+        return x
+    else:
+        return x.to(DTYPE).to(tl.float32)
+
+
+@triton.jit
+def _cast(x, DTYPE: tl.constexpr):
+    """x stored as DTYPE with round-to-nearest-even (see `_round`)."""
+    return _round(x, DTYPE).to(DTYPE)
+
+
+@triton.jit
+def _inv_rms(x, n, eps):
+    """transformers' DiffusionGemmaRMSNorm scale: (mean(x^2) + eps) ** -0.5, x fp32 with masked lanes 0."""
+    return 1.0 / tl.sqrt(tl.sum(x * x, 0) / n + eps)
+
+
+@triton.jit
+def _gelu_tanh(x):
+    """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) in torch's order of operations (its 1 + tanh
+    loses the low bits of small negative inputs; so does this), tanh(z) = 2 sigmoid(2z) - 1."""
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * inner) - 1.0))
+
+
+# -- the layer's norms ---------------------------------------------------------------------------------
+
+
+@triton.jit
+def post_attention_kernel(
+    attn_ptr,  # [T, H] o_proj output
+    residual_ptr,  # [T, H] the layer's input
+    w_post_ptr,  # [H] post_attention_layernorm
+    w_mlp_ptr,  # [H] pre_feedforward_layernorm
+    w_experts_ptr,  # [H] pre_feedforward_layernorm_2
+    router_scale_ptr,  # [H] router.scale
+    hidden_out_ptr,  # out [T, H] residual + norm(attn): the rest of the layer's residual
+    mlp_in_ptr,  # out [T, H] the dense MLP's input
+    experts_in_ptr,  # out [T, H] the experts' input
+    router_in_ptr,  # out [T, H] the router projection's input
+    hidden,
+    eps,
+    router_root,  # hidden ** -0.5
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    valid = cols < hidden
+    dtype = attn_ptr.dtype.element_ty
+    offsets = row * hidden + cols
+    attn = tl.load(attn_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+    weight = tl.load(w_post_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    branch = _round(attn * _inv_rms(attn, hidden, eps) * weight, dtype)
+    residual = tl.load(residual_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+    state = _round(residual + branch, dtype)
+    tl.store(hidden_out_ptr + offsets, state.to(dtype), mask=valid)
+    normed = state * _inv_rms(state, hidden, eps)
+    weight = tl.load(w_mlp_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    tl.store(mlp_in_ptr + offsets, _cast(normed * weight, dtype), mask=valid)
+    weight = tl.load(w_experts_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    tl.store(experts_in_ptr + offsets, _cast(normed * weight, dtype), mask=valid)
+    # The router: norm without a weight, then * scale, then * hidden ** -0.5, each a tensor in transformers.
+    scale = tl.load(router_scale_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    routed = _round(_round(_round(normed, dtype) * scale, dtype) * router_root, dtype)
+    tl.store(router_in_ptr + offsets, _cast(routed, dtype), mask=valid)
+
+
+@triton.jit
+def post_ffn_kernel(
+    mlp_ptr,  # [T, H] dense MLP output
+    experts_ptr,  # [T, H] experts output
+    residual_ptr,  # [T, H] the residual after attention
+    w_mlp_ptr,  # [H] post_feedforward_layernorm_1
+    w_experts_ptr,  # [H] post_feedforward_layernorm_2
+    w_sum_ptr,  # [H] post_feedforward_layernorm
+    layer_scalar_ptr,  # [1] layer_scalar
+    w_next_ptr,  # [H] the next layer's input_layernorm, or the decoder's final norm
+    hidden_out_ptr,  # out [T, H] the layer's output
+    next_in_ptr,  # out [T, H] norm(output) * w_next
+    hidden,
+    eps,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    valid = cols < hidden
+    dtype = residual_ptr.dtype.element_ty
+    offsets = row * hidden + cols
+    x = tl.load(mlp_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+    weight = tl.load(w_mlp_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    dense = _round(x * _inv_rms(x, hidden, eps) * weight, dtype)
+    x = tl.load(experts_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+    weight = tl.load(w_experts_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    routed = _round(x * _inv_rms(x, hidden, eps) * weight, dtype)
+    both = _round(dense + routed, dtype)
+    weight = tl.load(w_sum_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    branch = _round(both * _inv_rms(both, hidden, eps) * weight, dtype)
+    residual = tl.load(residual_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+    state = _round(residual + branch, dtype)
+    state = _round(state * tl.load(layer_scalar_ptr).to(tl.float32), dtype)
+    tl.store(hidden_out_ptr + offsets, state.to(dtype), mask=valid)
+    weight = tl.load(w_next_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    tl.store(next_in_ptr + offsets, _cast(state * _inv_rms(state, hidden, eps) * weight, dtype), mask=valid)
+
+
+@triton.jit
+def step_input_kernel(
+    ids_ptr,  # [T] canvas token ids
+    embed_ptr,  # [V, H] the embedding table
+    signal_ptr,  # [T, H] the self-conditioning MLP's output
+    w_in_ptr,  # [H] the first layer's input_layernorm
+    hidden_out_ptr,  # out [T, H] post_norm(embed * scale + signal): the first layer's residual
+    first_in_ptr,  # out [T, H] input_layernorm of it
+    hidden,
+    embed_scale,  # sqrt(hidden) as the embedding's dtype holds it
+    eps,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    valid = cols < hidden
+    dtype = signal_ptr.dtype.element_ty
+    token = tl.load(ids_ptr + row).to(tl.int64)
+    embedded = _round(tl.load(embed_ptr + token * hidden + cols, mask=valid, other=0.0).to(tl.float32) * embed_scale,
+                      dtype)  # fmt: skip
+    signal = tl.load(signal_ptr + row * hidden + cols, mask=valid, other=0.0).to(tl.float32)
+    combined = _round(embedded + signal, dtype)
+    state = _round(combined * _inv_rms(combined, hidden, eps), dtype)  # post_norm has no weight
+    tl.store(hidden_out_ptr + row * hidden + cols, state.to(dtype), mask=valid)
+    weight = tl.load(w_in_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    tl.store(first_in_ptr + row * hidden + cols, _cast(state * _inv_rms(state, hidden, eps) * weight, dtype), mask=valid)
+
+
+@triton.jit
+def signal_norm_kernel(
+    soft_ptr,  # [T, H] softmax(logits) @ embed: the soft embeddings before their scale
+    mask_ptr,  # [B] bool: self-conditioning on for that row
+    weight_ptr,  # [H] self_conditioning.pre_norm
+    out_ptr,  # out [T, H] pre_norm(soft * embed_scale * mask)
+    hidden,
+    rows_per_batch,
+    embed_scale,
+    eps,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    valid = cols < hidden
+    dtype = soft_ptr.dtype.element_ty
+    on = tl.load(mask_ptr + row // rows_per_batch).to(tl.float32)
+    soft = _round(tl.load(soft_ptr + row * hidden + cols, mask=valid, other=0.0).to(tl.float32) * embed_scale, dtype)
+    soft = soft * on  # * 1 or * 0: exact
+    weight = tl.load(weight_ptr + cols, mask=valid, other=0.0).to(tl.float32)
+    tl.store(out_ptr + row * hidden + cols, _cast(soft * _inv_rms(soft, hidden, eps) * weight, dtype), mask=valid)
+
+
+# -- attention's inputs ------------------------------------------------------------------------------
+
+
+@triton.jit
+def head_norm_rope_kernel(
+    x_ptr,  # [T, heads * D] a projection's output (rows may be strided)
+    weight_ptr,  # [D] the head norm's weight (HAS_WEIGHT)
+    cos_ptr,  # [L, D] the rotary embedding of the canvas positions, the activations' dtype (ROPE)
+    sin_ptr,
+    out_ptr,  # [B, heads * repeat, positions, D] the attention input
+    offset_ptr,  # [] int64: first position written (OFFSET), else 0
+    stride_x,
+    stride_ob,
+    stride_oh,
+    stride_op,
+    length,  # L: tokens per batch row
+    eps,
+    D: tl.constexpr,
+    HAS_WEIGHT: tl.constexpr,
+    ROPE: tl.constexpr,
+    OFFSET: tl.constexpr,
+    REPEAT: tl.constexpr,
+):
+    token = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1).to(tl.int64)
+    half = tl.arange(0, D // 2)
+    dtype = out_ptr.dtype.element_ty
+    base = x_ptr + token * stride_x + head * D
+    first = tl.load(base + half).to(tl.float32)
+    second = tl.load(base + D // 2 + half).to(tl.float32)
+    scale = 1.0 / tl.sqrt((tl.sum(first * first, 0) + tl.sum(second * second, 0)) / D + eps)
+    first = first * scale
+    second = second * scale
+    if HAS_WEIGHT:
+        first = first * tl.load(weight_ptr + half).to(tl.float32)
+        second = second * tl.load(weight_ptr + D // 2 + half).to(tl.float32)
+    first = _round(first, dtype)
+    second = _round(second, dtype)
+    position = token % length
+    if ROPE:  # x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1); each product a tensor
+        cos_first = tl.load(cos_ptr + position * D + half).to(tl.float32)
+        cos_second = tl.load(cos_ptr + position * D + D // 2 + half).to(tl.float32)
+        sin_first = tl.load(sin_ptr + position * D + half).to(tl.float32)
+        sin_second = tl.load(sin_ptr + position * D + D // 2 + half).to(tl.float32)
+        rotated_first = _round(first * cos_first, dtype) + _round(-second * sin_first, dtype)
+        rotated_second = _round(second * cos_second, dtype) + _round(first * sin_second, dtype)
+        first = rotated_first
+        second = rotated_second
+    if OFFSET:
+        position = position + tl.load(offset_ptr)
+    batch = token // length
+    for copy in range(REPEAT):  # grouped-query attention: each key/value head serves REPEAT query heads
+        out = out_ptr + batch * stride_ob + (head * REPEAT + copy) * stride_oh + position * stride_op
+        tl.store(out + half, _cast(first, dtype))
+        tl.store(out + D // 2 + half, _cast(second, dtype))
+
+
+@triton.jit
+def _copy_head(source, target, rows, cached, positions, D: tl.constexpr):
+    cols = tl.arange(0, D)
+    offsets = rows[:, None].to(tl.int64) * D + cols[None, :]
+    tile = tl.load(source + offsets, mask=(rows < cached)[:, None], other=0.0)
+    tl.store(target + offsets, tile, mask=(rows < positions)[:, None])
+
+
+@triton.jit
+def cache_to_attention_kernel(
+    keys_ptr,  # [B, kv_heads, M, D] the static cache layer, contiguous
+    values_ptr,
+    keys_out_ptr,  # out [B, kv_heads * REPEAT, M + L, D]: the cache, then zeros (the canvas goes in after)
+    values_out_ptr,
+    cached,  # M
+    positions,  # M + L
+    D: tl.constexpr,
+    REPEAT: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+):
+    out_head = tl.program_id(0).to(tl.int64)  # b * kv_heads * REPEAT + h * REPEAT + r
+    source_head = out_head // REPEAT  # b * kv_heads + h
+    rows = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
+    if tl.program_id(2) == 0:
+        _copy_head(keys_ptr + source_head * cached * D, keys_out_ptr + out_head * positions * D, rows, cached,
+                   positions, D)  # fmt: skip
+    else:
+        _copy_head(values_ptr + source_head * cached * D, values_out_ptr + out_head * positions * D, rows, cached,
+                   positions, D)  # fmt: skip
+
+
+# -- the feed-forward and the router ---------------------------------------------------------------------
+
+
+@triton.jit
+def gelu_mul_kernel(gate_ptr, up_ptr, out_ptr, count, BLOCK: tl.constexpr):
+    """act_fn(gate) * up, each a tensor in transformers' MLP."""
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    valid = offsets < count
+    dtype = out_ptr.dtype.element_ty
+    gate = tl.load(gate_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+    up = tl.load(up_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offsets, _cast(_round(_gelu_tanh(gate), dtype) * up, dtype), mask=valid)
+
+
+@triton.jit
+def route_top_k_kernel(
+    scores_ptr,  # [T, E] router.proj output
+    expert_scale_ptr,  # [E] router.per_expert_scale
+    weights_out_ptr,  # out [T, K] fp32
+    index_out_ptr,  # out [T, K] int64
+    experts,
+    K: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    ids = tl.arange(0, BLOCK_E)
+    valid = ids < experts
+    scores = tl.load(scores_ptr + row * experts + ids, mask=valid, other=-float("inf")).to(tl.float32)
+    weights = tl.exp(scores - tl.max(scores, 0))
+    probabilities = weights / tl.sum(weights, 0)  # softmax in fp32, as transformers' router
+    slots = tl.arange(0, K)
+    chosen = tl.zeros([K], dtype=tl.float32)
+    chosen_ids = tl.zeros([K], dtype=tl.int32)
+    remaining = tl.where(valid, probabilities, -1.0)
+    for slot in range(K):  # top-k, largest first (torch.topk's order); the lowest id wins a tie
+        best, best_id = tl.max(remaining, 0, return_indices=True, return_indices_tie_break_left=True)
+        chosen = tl.where(slots == slot, best, chosen)
+        chosen_ids = tl.where(slots == slot, best_id, chosen_ids)
+        remaining = tl.where(ids == best_id, -1.0, remaining)
+    chosen = chosen / tl.sum(chosen, 0)
+    chosen = chosen * tl.load(expert_scale_ptr + chosen_ids).to(tl.float32)
+    tl.store(weights_out_ptr + row * K + slots, chosen)
+    tl.store(index_out_ptr + row * K + slots, chosen_ids.to(tl.int64))
+
+
+@triton.jit
+def softmax_rows_kernel(logits_ptr, out_ptr, vocab, BLOCK_V: tl.constexpr):
+    """softmax(row, fp32) stored in out's dtype: two passes over the row (max and sum, then write)."""
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_V)
+    running_max = tl.full([], -float("inf"), tl.float32)
+    running_sum = tl.full([], 0.0, tl.float32)
+    for start in range(0, vocab, BLOCK_V):
+        ids = start + cols
+        x = tl.load(logits_ptr + row * vocab + ids, mask=ids < vocab, other=-float("inf")).to(tl.float32)
+        new_max = tl.maximum(running_max, tl.max(x, 0))
+        running_sum = running_sum * tl.exp(running_max - new_max) + tl.sum(tl.exp(x - new_max), 0)
+        running_max = new_max
+    for start in range(0, vocab, BLOCK_V):
+        ids = start + cols
+        valid = ids < vocab
+        x = tl.load(logits_ptr + row * vocab + ids, mask=valid, other=-float("inf")).to(tl.float32)
+        tl.store(out_ptr + row * vocab + ids, _cast(tl.exp(x - running_max) / running_sum, out_ptr.dtype.element_ty),
+                 mask=valid)  # fmt: skip
+
+
+# -- the launches as torch operators (fake tensors, torch.compile and the dry run see one op each) --------
+
+
+def _block(width: int) -> int:
+    return triton.next_power_of_2(width)
+
+
+def _warps(block: int) -> int:
+    return 4 if block <= 1024 else 8 if block <= 4096 else 16
+
+
+@torch.library.custom_op("dgemma::post_attention", mutates_args=())
+def post_attention(
+    attn: torch.Tensor, residual: torch.Tensor, w_post: torch.Tensor, w_mlp: torch.Tensor,
+    w_experts: torch.Tensor, router_scale: torch.Tensor, eps: float, router_root: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(residual + post_norm(attn), and of that: pre_ff_norm, pre_ff_norm_2, the router's input), each `[T, H]`."""
+    outs = _like(residual, 4)
+    rows, hidden = residual.shape
+    block = _block(hidden)
+    post_attention_kernel[(rows,)](attn, residual, w_post, w_mlp, w_experts, router_scale, *outs, hidden, eps,
+                                   router_root, BLOCK=block, num_warps=_warps(block))  # fmt: skip
+    return outs
+
+
+@post_attention.register_fake
+def _(attn, residual, w_post, w_mlp, w_experts, router_scale, eps, router_root):
+    return _like(residual, 4)
+
+
+@torch.library.custom_op("dgemma::post_ffn", mutates_args=())
+def post_ffn(
+    mlp: torch.Tensor, experts: torch.Tensor, residual: torch.Tensor, w_mlp: torch.Tensor, w_experts: torch.Tensor,
+    w_sum: torch.Tensor, layer_scalar: torch.Tensor, w_next: torch.Tensor, eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(the layer's output `[T, H]`, the next norm of it `[T, H]`)."""
+    outs = _like(residual, 2)
+    rows, hidden = residual.shape
+    block = _block(hidden)
+    post_ffn_kernel[(rows,)](mlp, experts, residual, w_mlp, w_experts, w_sum, layer_scalar, w_next, *outs, hidden,
+                             eps, BLOCK=block, num_warps=_warps(block))  # fmt: skip
+    return outs
+
+
+@post_ffn.register_fake
+def _(mlp, experts, residual, w_mlp, w_experts, w_sum, layer_scalar, w_next, eps):
+    return _like(residual, 2)
+
+
+@torch.library.custom_op("dgemma::step_input", mutates_args=())
+def step_input(
+    ids: torch.Tensor, embed: torch.Tensor, signal: torch.Tensor, w_in: torch.Tensor, embed_scale: float, eps: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(post_norm(embed(ids) * scale + signal), the first layer's input norm of it), each `[T, H]`."""
+    outs = _like(signal, 2)
+    rows, hidden = signal.shape
+    block = _block(hidden)
+    step_input_kernel[(rows,)](ids, embed, signal, w_in, *outs, hidden, embed_scale, eps, BLOCK=block,
+                               num_warps=_warps(block))  # fmt: skip
+    return outs
+
+
+@step_input.register_fake
+def _(ids, embed, signal, w_in, embed_scale, eps):
+    return _like(signal, 2)
+
+
+@torch.library.custom_op("dgemma::signal_norm", mutates_args=())
+def signal_norm(
+    soft: torch.Tensor, mask: torch.Tensor, weight: torch.Tensor, rows_per_batch: int, embed_scale: float, eps: float
+) -> torch.Tensor:
+    """pre_norm(soft * embed_scale * mask[row // rows_per_batch]) `[T, H]`."""
+    (out,) = _like(soft, 1)
+    rows, hidden = soft.shape
+    block = _block(hidden)
+    signal_norm_kernel[(rows,)](soft, mask, weight, out, hidden, rows_per_batch, embed_scale, eps, BLOCK=block,
+                                num_warps=_warps(block))  # fmt: skip
+    return out
+
+
+@signal_norm.register_fake
+def _(soft, mask, weight, rows_per_batch, embed_scale, eps):
+    return _like(soft, 1)[0]
+
+
+@torch.library.custom_op("dgemma::head_norm_rope", mutates_args=("out",))
+def head_norm_rope(
+    x: torch.Tensor, weight: torch.Tensor | None, cos: torch.Tensor | None, sin: torch.Tensor | None,
+    out: torch.Tensor, offset: torch.Tensor | None, heads: int, length: int, repeat: int, eps: float,
+) -> None:  # fmt: skip
+    """Per (token, head) of `x` `[T, heads * D]`: RMSNorm (times `weight` if given), the rotary embedding
+    (if `cos`/`sin` `[L, D]` are given), written to `out` `[B, heads * repeat, P, D]` at position
+    `token % length` (+ `offset`, a device scalar) in each of its `repeat` heads."""
+    dim = out.shape[-1]
+    assert x.stride(-1) == 1 and out.stride(-1) == 1, "heads are read and written contiguously"
+    assert (cos is None) == (sin is None), "the rotary embedding needs both cos and sin"
+    placeholder = out  # a pointer for the arguments a flag switches off
+    head_norm_rope_kernel[(x.shape[0], heads)](
+        x, weight if weight is not None else placeholder, cos if cos is not None else placeholder,
+        sin if sin is not None else placeholder, out, offset if offset is not None else placeholder,
+        x.stride(0), out.stride(0), out.stride(1), out.stride(2), length, eps, D=dim,
+        HAS_WEIGHT=weight is not None, ROPE=cos is not None, OFFSET=offset is not None, REPEAT=repeat,
+    )  # fmt: skip
+
+
+@head_norm_rope.register_fake
+def _(x, weight, cos, sin, out, offset, heads, length, repeat, eps):
+    return None
+
+
+@torch.library.custom_op("dgemma::cache_to_attention", mutates_args=())
+def cache_to_attention(
+    keys: torch.Tensor, values: torch.Tensor, new_positions: int, repeat: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The static cache layer's keys/values `[B, h, M, D]` as attention's `[B, h * repeat, M + new, D]`:
+    each head `repeat` times (grouped-query attention without `repeat_kv`'s copies), zeros after M."""
+    assert keys.is_contiguous() and values.is_contiguous() and keys.shape == values.shape, "one layout for both"
+    batch, kv_heads, cached, dim = keys.shape
+    keys_out, values_out = _attention_buffers(keys, new_positions, repeat)
+    positions = cached + new_positions
+    block_p = 16
+    cache_to_attention_kernel[(batch * kv_heads * repeat, triton.cdiv(positions, block_p), 2)](
+        keys, values, keys_out, values_out, cached, positions, D=dim, REPEAT=repeat, BLOCK_P=block_p
+    )
+    return keys_out, values_out
+
+
+@cache_to_attention.register_fake
+def _(keys, values, new_positions, repeat):
+    return _attention_buffers(keys, new_positions, repeat)
+
+
+def _attention_buffers(keys: torch.Tensor, new_positions: int, repeat: int) -> tuple[torch.Tensor, torch.Tensor]:
+    batch, kv_heads, cached, dim = keys.shape
+    shape = (batch, kv_heads * repeat, cached + new_positions, dim)
+    return keys.new_empty(shape), keys.new_empty(shape)
+
+
+@torch.library.custom_op("dgemma::gelu_mul", mutates_args=())
+def gelu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """gelu_tanh(gate) * up, `[T, I]`."""
+    assert gate.is_contiguous() and up.is_contiguous() and gate.shape == up.shape, "elementwise over one layout"
+    out = torch.empty_like(gate)
+    block = 1024
+    gelu_mul_kernel[(triton.cdiv(gate.numel(), block),)](gate, up, out, gate.numel(), BLOCK=block)
+    return out
+
+
+@gelu_mul.register_fake
+def _(gate, up):
+    return torch.empty_like(gate)
+
+
+@torch.library.custom_op("dgemma::route_top_k", mutates_args=())
+def route_top_k(scores: torch.Tensor, expert_scale: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' DiffusionGemmaTextRouter after its projection: (weights `[T, K]` fp32, experts `[T, K]` int64)."""
+    rows, experts = scores.shape
+    assert top_k & (top_k - 1) == 0, "tl.arange needs a power-of-two top_k"
+    weights, index = _routes(scores, top_k)
+    route_top_k_kernel[(rows,)](scores, expert_scale, weights, index, experts, K=top_k, BLOCK_E=_block(experts))
+    return weights, index
+
+
+@route_top_k.register_fake
+def _(scores, expert_scale, top_k):
+    return _routes(scores, top_k)
+
+
+def _routes(scores: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = scores.shape[0]
+    return (scores.new_empty((rows, top_k), dtype=torch.float32), scores.new_empty((rows, top_k), dtype=torch.int64))
+
+
+@torch.library.custom_op("dgemma::softmax_rows", mutates_args=("out",))
+def softmax_rows(logits: torch.Tensor, out: torch.Tensor) -> None:
+    """out = softmax(logits, dim=-1, dtype=float32) in out's dtype; logits `[R, V]` contiguous."""
+    assert logits.is_contiguous() and out.is_contiguous() and out.shape == logits.shape, "rows of one layout"
+    block = min(4096, _block(logits.shape[-1]))
+    softmax_rows_kernel[(logits.shape[0],)](logits, out, logits.shape[-1], BLOCK_V=block, num_warps=_warps(block))
+
+
+@softmax_rows.register_fake
+def _(logits, out):
+    return None
+
+
+def _like(tensor: torch.Tensor, count: int) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.empty_like(tensor) for _ in range(count))

@@ -1,30 +1,66 @@
 """Where a denoising step's time goes: torch.profiler over the product's step (`CompiledDenoiser`).
 
-Per mode: builds the full-size random model (as `bench step` does), quantizes it, and times the median
-step of two 8-step requests eagerly (graph capture off, so every kernel is its own profiler row) and, on
-CUDA, captured (what `bench step` reports). Then profiles one eager request, prompt + 4 steps, and prints
-the top operators by self device time. On CPU (`--scale tiny`, the sampler in Triton's interpreter) it
-only checks the plumbing. Run from the repository root (bench/device/README.md).
+Per mode and `--fused` setting: builds the full-size random model (as `bench step` does), quantizes it,
+and times the median step of two 8-step requests (2-step on CPU) eagerly (graph capture off, so every kernel is its own
+profiler row) and, on CUDA, captured (what `bench step` reports). Then profiles eager requests of 2 and
+6 steps (1 and 2 on CPU): the difference per step between is the device kernels one step launches (the figure `make dryrun`
+predicts as deviceKernelsPerStep), listed by kernel name; then the top operators by self device time.
+On CUDA it also prints which SDPA backend attention takes for the step's shapes (a masked, grouped-query
+attention over the static cache: flash needs no mask, so memory-efficient or math). On CPU (`--scale
+tiny`, the sampler in Triton's interpreter) it only checks the plumbing. Run from the repository root
+(bench/device/README.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from dgemma_lsp.bench.gpu import SCALES, build_random, diffusion_config
 from dgemma_lsp.bench.quant_gpu import _free, _model_class
 from dgemma_lsp.bench.step_gpu import PROMPT_TOKENS, _timed_request
-from dgemma_lsp.engine.kernels.compiled_step import CompiledDenoiser
+from dgemma_lsp.engine.kernels.compiled_step import CompiledDenoiser, bucket_for
 from dgemma_lsp.engine.weights.quantization import quantize_model
 
-PROFILED_STEPS = 4
+PROFILED_STEPS = {"cuda": (2, 6), "cpu": (1, 2)}
+"""Two eager requests profiled; the difference of their kernels over the steps between is one step's.
+Fewer on CPU, where the kernels run in Triton's interpreter and only the plumbing is checked."""
+TIMED_STEPS = {"cuda": 8, "cpu": 2}
+KERNELS_LISTED = 30
+FUSED = {"auto": None, "on": True, "off": False}
 
 
-def profile_mode(mode: str, scale: str, device) -> None:
+def _device_kernels(denoiser, prompt: list[int], steps: int, canvas: int, device):
+    """(kernel and memcpy/memset events on the device by name, the profiler) of one eager `steps`-step request."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        _timed_request(denoiser, prompt, 1, steps, canvas)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    return collections.Counter(e.name for e in profiler.events() if e.device_type == DeviceType.CUDA), profiler
+
+
+def _sdpa_backends(config, device, dtype) -> None:
+    """The backend SDPA picks for each layer type's decoder attention at prompt 512 (bucket 1,024)."""
+    text = config.text_config
+    canvas, cached = config.canvas_length, bucket_for(PROMPT_TOKENS["full"] + config.canvas_length)
+    for layer_type in sorted(set(text.layer_types)):
+        dim = text.per_layer_config[layer_type].head_dim
+        keys = (min(cached, text.sliding_window) if layer_type == "sliding_attention" else cached) + canvas
+        q = torch.zeros((1, text.num_attention_heads, canvas, dim), dtype=dtype, device=device)
+        kv = torch.zeros((1, text.num_attention_heads, keys, dim), dtype=dtype, device=device)
+        mask = torch.ones((1, 1, canvas, keys), dtype=torch.bool, device=device)
+        choice = torch._fused_sdp_choice(q, kv, kv, mask, 0.0, False, scale=1.0)
+        print(f"SDPA backend for {layer_type} (head_dim {dim}, {keys} keys, bool mask): "
+              f"{torch.nn.attention.SDPBackend(choice).name}", flush=True)  # fmt: skip
+
+
+def profile_mode(mode: str, scale: str, device, fused: bool | None) -> None:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     config = diffusion_config(SCALES[scale])
     canvas = config.canvas_length
@@ -36,22 +72,28 @@ def profile_mode(mode: str, scale: str, device) -> None:
     quantize_model(model, mode)
     _free(device)
     for capture in (False, True) if device.type == "cuda" else (False,):
-        denoiser = CompiledDenoiser(model, capture=capture, eos_ids=set(), pad_id=0)
-        _timed_request(denoiser, prompt, 1, PROFILED_STEPS, canvas)  # warm-up (captures the graph)
-        steps = [ms for _ in range(2) for ms in _timed_request(denoiser, prompt, 1, 8, canvas)[1]]
-        print(f"{mode} capture={capture}: median step {statistics.median(steps):.2f} ms", flush=True)
+        denoiser = CompiledDenoiser(model, capture=capture, eos_ids=set(), pad_id=0, fused=fused)
+        name = f"{mode} fused={denoiser.fused is not None} capture={capture}"
+        few_steps, many_steps = PROFILED_STEPS[device.type]
+        _timed_request(denoiser, prompt, 1, few_steps, canvas)  # warm-up (captures the graph)
+        steps = [ms for _ in range(2) for ms in _timed_request(denoiser, prompt, 1, TIMED_STEPS[device.type], canvas)[1]]
+        print(f"{name}: median step {statistics.median(steps):.2f} ms", flush=True)
         if not capture:
-            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-            with profile(activities=activities) as profiler:
-                _timed_request(denoiser, prompt, 1, PROFILED_STEPS, canvas)
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
+            (few, _), (many, profiler) = (_device_kernels(denoiser, prompt, n, canvas, device)
+                                          for n in (few_steps, many_steps))  # fmt: skip
+            per_step = {kernel: (many[kernel] - few[kernel]) / (many_steps - few_steps) for kernel in many}
+            total = sum(per_step.values())
+            print(f"--- {name}: device kernels per step (profiler, {many_steps} - {few_steps} steps) {total:.0f}",
+                  flush=True)  # fmt: skip
+            for kernel, count in sorted(per_step.items(), key=lambda item: -item[1])[:KERNELS_LISTED]:
+                if count:
+                    print(f"{count:7.1f}  {kernel[:110]}", flush=True)
             key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-            print(f"--- {mode}: prompt + {PROFILED_STEPS} eager steps, top operators by {key}", flush=True)
-            print(
-                profiler.key_averages().table(sort_by=key, row_limit=28, max_name_column_width=70), flush=True
-            )
+            print(f"--- {name}: prompt + {many_steps} eager steps, top operators by {key}", flush=True)
+            print(profiler.key_averages().table(sort_by=key, row_limit=28, max_name_column_width=70), flush=True)
         denoiser.clear()
+    if device.type == "cuda":
+        _sdpa_backends(config, device, dtype)
     del model
     _free(device)
 
@@ -60,10 +102,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modes", help="comma-separated: none,fp8,int8,int4")
     parser.add_argument("--scale", choices=sorted(SCALES), default="full")
+    parser.add_argument("--fused", default="auto", help="comma-separated from auto,on,off (on,off: both, A/B)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     for mode in args.modes.split(","):
-        profile_mode(mode, args.scale, device)
+        for fused in args.fused.split(","):
+            profile_mode(mode, args.scale, device, FUSED[fused])
 
 
 if __name__ == "__main__":

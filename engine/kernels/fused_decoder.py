@@ -7,11 +7,11 @@ canvas, the dense MLP, the router and the experts (the model's own experts modul
 residual adds and layer scalars between them in `fused_layer` kernels. Knows transformers'
 DiffusionGemma layer structure (5.24) and its StaticCache layout; knows nothing of requests or graphs.
 
-A layer is then: 3 (2 on full-attention layers) q/k/v projections, 3 head-norm launches, one
-cache-to-attention copy, attention, o_proj, one post-attention norm launch, gate / up / GELU x up /
-down, the router projection and its top-k, the experts' own launches, one post-feed-forward norm
-launch: 17 + the experts', against ~290 operators of transformers' eager layer
-(`make dryrun`'s deviceKernelsPerStep counts them per step).
+A layer is then: 3 (2 on full-attention layers) q/k/v projections, one launch for the head norms,
+the rotary embedding and the key/value buffer, attention, o_proj, one post-attention norm launch,
+gate / up / GELU x up / down, the router projection and its top-k, the experts' own launches, one
+post-feed-forward norm launch: 14 + the experts' (13 on full-attention layers), against ~150
+kernels of transformers' eager layer (`make dryrun`'s deviceKernelsPerStep counts them per step).
 
 What stays transformers': every weight and module (so quantization and the experts' kernels are
 whatever the model holds), the attention mask (`create_diffusion_decoder_attention_mask`, built per
@@ -90,6 +90,7 @@ class FusedDecoder:
         probabilities = torch.empty_like(rows)
         fused_layer.softmax_rows(rows, probabilities)
         soft = torch.mm(probabilities, decoder.embed_tokens.weight)  # [T, H]
+        del probabilities  # [T, V]: 0.5 GB at 4 candidates, not to be held through the layers
         block = decoder.self_conditioning
         normed = fused_layer.signal_norm(soft, self_conditioning_on, block.pre_norm.weight, length,
                                          self.embed_scale, self.eps)  # fmt: skip
@@ -127,23 +128,19 @@ class FusedDecoder:
         key = attention.k_proj(x)  # [T, Hkv * D]
         value = attention.v_proj(x) if attention.v_proj is not None else key  # full-attention layers: v = k
         heads = query.shape[-1] // dim
-        kv_heads = key.shape[-1] // dim
-        repeat = heads // kv_heads
-        # transformers' `append_to_cache`: the cache, then the canvas at cumulative_length + [0, L), then
-        # zeros, as a new tensor; here with the heads already repeated for grouped-query attention (what
-        # its SDPA path's `repeat_kv` copies again when a mask is given).
-        keys, values = fused_layer.cache_to_attention(cache_layer.keys, cache_layer.values, length, repeat)
+        # transformers' `append_to_cache` makes a new tensor of the cache, then the canvas at
+        # cumulative_length + [0, L), then zeros; here with the heads already repeated for grouped-query
+        # attention (what its SDPA path's `repeat_kv` copies again when a mask is given), with the head
+        # norms and the rotary embedding, in one launch.
         cos, sin = rotary
-        queries = query.new_empty((batch, heads, length, dim))
-        fused_layer.head_norm_rope(query, attention.q_norm.weight, cos, sin, queries, None, heads, length, 1,
-                                   self.eps)  # fmt: skip
-        offset = cache_layer.cumulative_length
-        fused_layer.head_norm_rope(key, attention.k_norm.weight, cos, sin, keys, offset, kv_heads, length, repeat,
-                                   self.eps)  # fmt: skip
-        fused_layer.head_norm_rope(value, None, None, None, values, offset, kv_heads, length, repeat, self.eps)
+        queries, keys, values = fused_layer.attention_inputs(
+            query, key, value, attention.q_norm.weight, attention.k_norm.weight, cos, sin, cache_layer.keys,
+            cache_layer.values, cache_layer.cumulative_length, length, self.eps,
+        )  # fmt: skip
         output = torch.nn.functional.scaled_dot_product_attention(
             queries, keys, values, attn_mask=mask, dropout_p=0.0, scale=attention.scaling,
             is_causal=mask is None and attention.is_causal and length > 1,
         )  # fmt: skip  # [B, Hq, L, D]
+        del queries, keys, values  # [B, Hq, M + L, D] each: 0.55 GB at 4 candidates and 8k tokens, not for o_proj
         output = output.transpose(1, 2).reshape(batch * length, heads * dim)
         return attention.o_proj(output)

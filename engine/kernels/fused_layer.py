@@ -67,7 +67,8 @@ def _gelu_tanh(x):
     """0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) in torch's order of operations (its 1 + tanh
     loses the low bits of small negative inputs; so does this), tanh(z) = 2 sigmoid(2z) - 1."""
     inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    return 0.5 * x * (1.0 + (2.0 * tl.sigmoid(2.0 * inner) - 1.0))
+    # clamped where tanh is +-1 in fp32 anyway (no exp overflow)
+    return 0.5 * x * (1.0 + (2.0 * tl.sigmoid(tl.minimum(tl.maximum(2.0 * inner, -40.0), 40.0)) - 1.0))
 
 
 # -- the layer's norms ---------------------------------------------------------------------------------
@@ -205,32 +206,13 @@ def signal_norm_kernel(
 
 
 @triton.jit
-def head_norm_rope_kernel(
-    x_ptr,  # [T, heads * D] a projection's output (rows may be strided)
-    weight_ptr,  # [D] the head norm's weight (HAS_WEIGHT)
-    cos_ptr,  # [L, D] the rotary embedding of the canvas positions, the activations' dtype (ROPE)
-    sin_ptr,
-    out_ptr,  # [B, heads * repeat, positions, D] the attention input
-    offset_ptr,  # [] int64: first position written (OFFSET), else 0
-    stride_x,
-    stride_ob,
-    stride_oh,
-    stride_op,
-    length,  # L: tokens per batch row
-    eps,
-    D: tl.constexpr,
-    HAS_WEIGHT: tl.constexpr,
-    ROPE: tl.constexpr,
-    OFFSET: tl.constexpr,
-    REPEAT: tl.constexpr,
-):
-    token = tl.program_id(0).to(tl.int64)
-    head = tl.program_id(1).to(tl.int64)
+def _head_norm_rope(x_ptr, weight_ptr, cos_ptr, sin_ptr, position, eps, dtype: tl.constexpr, D: tl.constexpr,
+                    HAS_WEIGHT: tl.constexpr, ROPE: tl.constexpr):  # fmt: skip
+    """One head `[D]` at x_ptr: RMSNorm (times the weight), then x * cos + rotate_half(x) * sin, with
+    transformers' roundings (the norm, each product, their sum); the two halves, fp32."""
     half = tl.arange(0, D // 2)
-    dtype = out_ptr.dtype.element_ty
-    base = x_ptr + token * stride_x + head * D
-    first = tl.load(base + half).to(tl.float32)
-    second = tl.load(base + D // 2 + half).to(tl.float32)
+    first = tl.load(x_ptr + half).to(tl.float32)
+    second = tl.load(x_ptr + D // 2 + half).to(tl.float32)
     scale = 1.0 / tl.sqrt((tl.sum(first * first, 0) + tl.sum(second * second, 0)) / D + eps)
     first = first * scale
     second = second * scale
@@ -239,54 +221,110 @@ def head_norm_rope_kernel(
         second = second * tl.load(weight_ptr + D // 2 + half).to(tl.float32)
     first = _round(first, dtype)
     second = _round(second, dtype)
-    position = token % length
-    if ROPE:  # x * cos + rotate_half(x) * sin, rotate_half(x) = cat(-x2, x1); each product a tensor
+    if ROPE:  # rotate_half(x) = cat(-x2, x1)
         cos_first = tl.load(cos_ptr + position * D + half).to(tl.float32)
         cos_second = tl.load(cos_ptr + position * D + D // 2 + half).to(tl.float32)
         sin_first = tl.load(sin_ptr + position * D + half).to(tl.float32)
         sin_second = tl.load(sin_ptr + position * D + D // 2 + half).to(tl.float32)
         rotated_first = _round(first * cos_first, dtype) + _round(-second * sin_first, dtype)
-        rotated_second = _round(second * cos_second, dtype) + _round(first * sin_second, dtype)
-        first = rotated_first
-        second = rotated_second
-    if OFFSET:
-        position = position + tl.load(offset_ptr)
-    batch = token // length
-    for copy in range(REPEAT):  # grouped-query attention: each key/value head serves REPEAT query heads
-        out = out_ptr + batch * stride_ob + (head * REPEAT + copy) * stride_oh + position * stride_op
-        tl.store(out + half, _cast(first, dtype))
-        tl.store(out + D // 2 + half, _cast(second, dtype))
+        second = _round(_round(second * cos_second, dtype) + _round(first * sin_second, dtype), dtype)
+        first = _round(rotated_first, dtype)
+    return first, second
 
 
 @triton.jit
-def _copy_head(source, target, rows, cached, positions, D: tl.constexpr):
+def _store_head(out_ptr, first, second, D: tl.constexpr):
+    half = tl.arange(0, D // 2)
+    tl.store(out_ptr + half, first.to(out_ptr.dtype.element_ty))
+    tl.store(out_ptr + D // 2 + half, second.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _copy_cache_rows(source, target, rows, cached, positions, canvas_start, canvas_end, D: tl.constexpr):
+    """Rows [0, M) of a cache head to the attention buffer, zeros after, the canvas's rows left alone."""
     cols = tl.arange(0, D)
     offsets = rows[:, None].to(tl.int64) * D + cols[None, :]
     tile = tl.load(source + offsets, mask=(rows < cached)[:, None], other=0.0)
-    tl.store(target + offsets, tile, mask=(rows < positions)[:, None])
+    outside_canvas = (rows < canvas_start) | (rows >= canvas_end)
+    tl.store(target + offsets, tile, mask=((rows < positions) & outside_canvas)[:, None])
 
 
 @triton.jit
-def cache_to_attention_kernel(
-    keys_ptr,  # [B, kv_heads, M, D] the static cache layer, contiguous
-    values_ptr,
-    keys_out_ptr,  # out [B, kv_heads * REPEAT, M + L, D]: the cache, then zeros (the canvas goes in after)
+def attention_inputs_kernel(
+    q_ptr,  # [T, Hq * D] q_proj output
+    k_ptr,  # [T, Hkv * D] k_proj output
+    v_ptr,  # [T, Hkv * D] v_proj output (k_proj's again on full-attention layers)
+    q_weight_ptr,  # [D] q_norm
+    k_weight_ptr,  # [D] k_norm (v_norm has no weight)
+    cos_ptr,  # [L, D] the canvas positions' rotary tables, the activations' dtype
+    sin_ptr,
+    cache_keys_ptr,  # [B, Hkv, M, D] the static cache layer, contiguous
+    cache_values_ptr,
+    q_out_ptr,  # out [B, Hq, L, D]
+    keys_out_ptr,  # out [B, Hkv * REPEAT, M + L, D]
     values_out_ptr,
+    offset_ptr,  # [] int64: the layer's cumulative_length, where the canvas goes
+    stride_q,
+    stride_k,
+    stride_v,
+    tokens,
+    heads,
+    kv_heads,
+    length,  # L
     cached,  # M
-    positions,  # M + L
+    eps,
     D: tl.constexpr,
     REPEAT: tl.constexpr,
     BLOCK_P: tl.constexpr,
 ):
-    out_head = tl.program_id(0).to(tl.int64)  # b * kv_heads * REPEAT + h * REPEAT + r
-    source_head = out_head // REPEAT  # b * kv_heads + h
-    rows = tl.program_id(1) * BLOCK_P + tl.arange(0, BLOCK_P)
-    if tl.program_id(2) == 0:
-        _copy_head(keys_ptr + source_head * cached * D, keys_out_ptr + out_head * positions * D, rows, cached,
-                   positions, D)  # fmt: skip
+    """transformers' q / k / v head norms, rotary embedding and `append_to_cache` in one launch.
+
+    The first tokens * (Hq + 2 Hkv) programs each do one head of one token: q into `q_out`; k and v
+    into the canvas rows [offset, offset + L) of each of their REPEAT query heads' key/value rows (what
+    `repeat_kv` would copy). The other programs copy BLOCK_P cache rows of one head into rows [0, M),
+    zeros into [M, M + L), and leave the canvas rows to the first kind: no two programs write one row.
+    """
+    pid = tl.program_id(0).to(tl.int64)
+    dtype = q_out_ptr.dtype.element_ty
+    slots = heads + 2 * kv_heads
+    positions = cached + length
+    offset = tl.load(offset_ptr)
+    if pid < tokens * slots:
+        token = pid // slots
+        slot = pid % slots
+        position = token % length
+        batch = token // length
+        if slot < heads:
+            first, second = _head_norm_rope(q_ptr + token * stride_q + slot * D, q_weight_ptr, cos_ptr, sin_ptr,
+                                            position, eps, dtype, D, True, True)  # fmt: skip
+            _store_head(q_out_ptr + ((batch * heads + slot) * length + position) * D, first, second, D)
+        elif slot < heads + kv_heads:
+            head = slot - heads
+            first, second = _head_norm_rope(k_ptr + token * stride_k + head * D, k_weight_ptr, cos_ptr, sin_ptr,
+                                            position, eps, dtype, D, True, True)  # fmt: skip
+            for copy in range(REPEAT):
+                row = (batch * kv_heads + head) * REPEAT + copy
+                _store_head(keys_out_ptr + (row * positions + offset + position) * D, first, second, D)
+        else:
+            head = slot - heads - kv_heads
+            first, second = _head_norm_rope(v_ptr + token * stride_v + head * D, k_weight_ptr, cos_ptr, sin_ptr,
+                                            position, eps, dtype, D, False, False)  # fmt: skip
+            for copy in range(REPEAT):
+                row = (batch * kv_heads + head) * REPEAT + copy
+                _store_head(values_out_ptr + (row * positions + offset + position) * D, first, second, D)
     else:
-        _copy_head(values_ptr + source_head * cached * D, values_out_ptr + out_head * positions * D, rows, cached,
-                   positions, D)  # fmt: skip
+        item = pid - tokens * slots
+        blocks = tl.cdiv(positions, BLOCK_P)
+        block = item % blocks
+        out_head = (item // blocks) // 2  # b * Hkv * REPEAT + h * REPEAT + r
+        source_head = out_head // REPEAT  # b * Hkv + h
+        rows = block * BLOCK_P + tl.arange(0, BLOCK_P)
+        if (item // blocks) % 2 == 0:
+            _copy_cache_rows(cache_keys_ptr + source_head * cached * D, keys_out_ptr + out_head * positions * D,
+                             rows, cached, positions, offset, offset + length, D)  # fmt: skip
+        else:
+            _copy_cache_rows(cache_values_ptr + source_head * cached * D, values_out_ptr + out_head * positions * D,
+                             rows, cached, positions, offset, offset + length, D)  # fmt: skip
 
 
 # -- the feed-forward and the router ---------------------------------------------------------------------
@@ -440,57 +478,41 @@ def _(soft, mask, weight, rows_per_batch, embed_scale, eps):
     return _like(soft, 1)[0]
 
 
-@torch.library.custom_op("dgemma::head_norm_rope", mutates_args=("out",))
-def head_norm_rope(
-    x: torch.Tensor, weight: torch.Tensor | None, cos: torch.Tensor | None, sin: torch.Tensor | None,
-    out: torch.Tensor, offset: torch.Tensor | None, heads: int, length: int, repeat: int, eps: float,
-) -> None:  # fmt: skip
-    """Per (token, head) of `x` `[T, heads * D]`: RMSNorm (times `weight` if given), the rotary embedding
-    (if `cos`/`sin` `[L, D]` are given), written to `out` `[B, heads * repeat, P, D]` at position
-    `token % length` (+ `offset`, a device scalar) in each of its `repeat` heads."""
-    dim = out.shape[-1]
-    assert x.stride(-1) == 1 and out.stride(-1) == 1, "heads are read and written contiguously"
-    assert (cos is None) == (sin is None), "the rotary embedding needs both cos and sin"
-    placeholder = out  # a pointer for the arguments a flag switches off
-    head_norm_rope_kernel[(x.shape[0], heads)](
-        x, weight if weight is not None else placeholder, cos if cos is not None else placeholder,
-        sin if sin is not None else placeholder, out, offset if offset is not None else placeholder,
-        x.stride(0), out.stride(0), out.stride(1), out.stride(2), length, eps, D=dim,
-        HAS_WEIGHT=weight is not None, ROPE=cos is not None, OFFSET=offset is not None, REPEAT=repeat,
-    )  # fmt: skip
-
-
-@head_norm_rope.register_fake
-def _(x, weight, cos, sin, out, offset, heads, length, repeat, eps):
-    return None
-
-
-@torch.library.custom_op("dgemma::cache_to_attention", mutates_args=())
-def cache_to_attention(
-    keys: torch.Tensor, values: torch.Tensor, new_positions: int, repeat: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The static cache layer's keys/values `[B, h, M, D]` as attention's `[B, h * repeat, M + new, D]`:
-    each head `repeat` times (grouped-query attention without `repeat_kv`'s copies), zeros after M."""
-    assert keys.is_contiguous() and values.is_contiguous() and keys.shape == values.shape, "one layout for both"
-    batch, kv_heads, cached, dim = keys.shape
-    keys_out, values_out = _attention_buffers(keys, new_positions, repeat)
-    positions = cached + new_positions
+@torch.library.custom_op("dgemma::attention_inputs", mutates_args=())
+def attention_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
+    cos: torch.Tensor, sin: torch.Tensor, cache_keys: torch.Tensor, cache_values: torch.Tensor,
+    offset: torch.Tensor, length: int, eps: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    """transformers' decoder attention before SDPA, for q `[T, Hq * D]`, k and v `[T, Hkv * D]`:
+    (queries `[B, Hq, L, D]`, keys and values `[B, Hq, M + L, D]`): the cache layer `[B, Hkv, M, D]`
+    with each head repeated Hq / Hkv times, the canvas's normed (and, for keys, rotated) heads at rows
+    `offset` + [0, L), zeros after M elsewhere."""
+    batch, kv_heads, cached, dim = cache_keys.shape
+    assert cache_keys.is_contiguous() and cache_values.is_contiguous(), "the static cache's layout"
+    assert q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1, "heads are read contiguously"
+    heads = q.shape[-1] // dim
+    queries, keys, values = _attention_tensors(q, cache_keys, length, heads)
+    tokens = q.shape[0]
     block_p = 16
-    cache_to_attention_kernel[(batch * kv_heads * repeat, triton.cdiv(positions, block_p), 2)](
-        keys, values, keys_out, values_out, cached, positions, D=dim, REPEAT=repeat, BLOCK_P=block_p
-    )
-    return keys_out, values_out
+    copies = batch * heads * 2 * triton.cdiv(cached + length, block_p)
+    attention_inputs_kernel[(tokens * (heads + 2 * kv_heads) + copies,)](
+        q, k, v, q_weight, k_weight, cos, sin, cache_keys, cache_values, queries, keys, values, offset,
+        q.stride(0), k.stride(0), v.stride(0), tokens, heads, kv_heads, length, cached, eps,
+        D=dim, REPEAT=heads // kv_heads, BLOCK_P=block_p,
+    )  # fmt: skip
+    return queries, keys, values
 
 
-@cache_to_attention.register_fake
-def _(keys, values, new_positions, repeat):
-    return _attention_buffers(keys, new_positions, repeat)
+@attention_inputs.register_fake
+def _(q, k, v, q_weight, k_weight, cos, sin, cache_keys, cache_values, offset, length, eps):
+    return _attention_tensors(q, cache_keys, length, q.shape[-1] // cache_keys.shape[-1])
 
 
-def _attention_buffers(keys: torch.Tensor, new_positions: int, repeat: int) -> tuple[torch.Tensor, torch.Tensor]:
-    batch, kv_heads, cached, dim = keys.shape
-    shape = (batch, kv_heads * repeat, cached + new_positions, dim)
-    return keys.new_empty(shape), keys.new_empty(shape)
+def _attention_tensors(q: torch.Tensor, cache_keys: torch.Tensor, length: int, heads: int):
+    batch, _, cached, dim = cache_keys.shape
+    shape = (batch, heads, cached + length, dim)
+    return q.new_empty((batch, heads, length, dim)), cache_keys.new_empty(shape), cache_keys.new_empty(shape)
 
 
 @torch.library.custom_op("dgemma::gelu_mul", mutates_args=())

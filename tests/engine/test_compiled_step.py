@@ -5,7 +5,8 @@ reused (dirty) StaticCache gives the decoder exactly the logits of a fresh
 prefill, below and beyond the sliding window and for 2 candidates; the
 step loop (run eagerly here; CUDA graphs replay the same step) gives the
 drafts of transformers' own `generate` when both are deterministic (near-zero
-temperature, every token accepted, the same starting canvas); the step's
+temperature, every token accepted, the same starting canvas), with the fused
+decoder kernels and with transformers' decoder; the step's
 self-conditioning signal, its softmax a slice of rows at a time, gives the
 decoder bit for bit what transformers' own gives it; `--compile`
 resolves to on only for CUDA and refuses `on` without it.
@@ -98,7 +99,8 @@ class _Drafts(BaseStreamer):
         pass
 
 
-def test_step_loop_gives_the_drafts_of_transformers_generate_when_deterministic(model):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "transformers-decoder"])
+def test_step_loop_gives_the_drafts_of_transformers_generate_when_deterministic(model, fused):
     prompt = _ids(20, 4)
     start = torch.randint(0, 1024, (1, 32), generator=torch.Generator().manual_seed(5))
     steps, t_min, t_max, bound = 3, 1e-7, 2e-7, 1e6  # logit gaps / T >> 1: argmax sampling; all accepted
@@ -111,7 +113,8 @@ def test_step_loop_gives_the_drafts_of_transformers_generate_when_deterministic(
                        t_min=t_min, t_max=t_max, confidence_threshold=1e-9,
                        sampler_config=EntropyBoundSamplerConfig(entropy_bound=bound))  # fmt: skip
     ours: list[list[int]] = []
-    denoiser = CompiledDenoiser(model, capture=False, eos_ids={1}, pad_id=0)
+    denoiser = CompiledDenoiser(model, capture=False, eos_ids={1}, pad_id=0, fused=fused)
+    assert (denoiser.fused is not None) == fused
     output = denoiser.denoise(stable=prompt[:-1], tail=prompt[-1:], cache_key=None, batch=1, steps=steps,
                               max_tokens=32, entropy_bound=bound, t_min=t_min, t_max=t_max,
                               confidence_threshold=None, seed=0, start=start,

@@ -5,6 +5,7 @@ and times the median step of two 8-step requests (2-step on CPU) eagerly (graph 
 profiler row) and, on CUDA, captured (what `bench step` reports). Then profiles eager requests of 2 and
 6 steps (1 and 2 on CPU): the difference per step between is the device kernels one step launches (the figure `make dryrun`
 predicts as deviceKernelsPerStep), listed by kernel name; then the top operators by self device time.
+With the fused decoder it first compares one decoder forward, fused and transformers', on the card.
 On CUDA it also prints which SDPA backend attention takes for the step's shapes (a masked, grouped-query
 attention over the static cache: flash needs no mask, so memory-efficient or math). On CPU (`--scale
 tiny`, the sampler in Triton's interpreter) it only checks the plumbing. Run from the repository root
@@ -24,7 +25,15 @@ from torch.profiler import ProfilerActivity, profile
 from dgemma_lsp.bench.gpu import SCALES, build_random, diffusion_config
 from dgemma_lsp.bench.quant_gpu import _free, _model_class
 from dgemma_lsp.bench.step_gpu import PROMPT_TOKENS, _timed_request
-from dgemma_lsp.engine.kernels.compiled_step import CompiledDenoiser, bucket_for
+from dgemma_lsp.engine.kernels.compiled_step import (
+    CompiledDenoiser,
+    StaticPromptCache,
+    bucket_for,
+    self_conditioning_signal,
+    soft_embeddings,
+)
+from dgemma_lsp.engine.kernels.fused_decoder import FusedDecoder
+from dgemma_lsp.engine.model.cache_keyword import with_cache
 from dgemma_lsp.engine.weights.quantization import quantize_model
 
 PROFILED_STEPS = {"cuda": (2, 6), "cpu": (1, 2)}
@@ -60,6 +69,35 @@ def _sdpa_backends(config, device, dtype) -> None:
               f"{torch.nn.attention.SDPBackend(choice).name}", flush=True)  # fmt: skip
 
 
+@torch.no_grad()
+def compare_decoders(model, prompt: list[int], device, dtype) -> None:
+    """One decoder forward, transformers' and the fused one, on the same cache, canvas and self-conditioning
+    logits: how far apart their hidden states and lm_head argmaxes are on this card (on CPU in bf16 they
+    are equal bit for bit; here reductions run in other orders and the experts sum with atomics)."""
+    decoder = model.model.decoder
+    canvas_length, vocab = model.config.canvas_length, model.config.text_config.vocab_size
+    generator = torch.Generator().manual_seed(1)
+    cache, _ = StaticPromptCache(model).checkout(None, prompt, 1, bucket_for(len(prompt) + canvas_length))
+    canvas = torch.randint(0, vocab, (1, canvas_length), generator=generator).to(device)
+    logits = (torch.randn((1, canvas_length, vocab), generator=generator) * 4).to(device, dtype)
+    on = torch.ones(1, dtype=torch.bool, device=device)
+    masks = decoder.create_diffusion_decoder_attention_mask(
+        model.config, canvas.unsqueeze(-1), cache,
+        torch.ones((1, len(prompt) + canvas_length), dtype=torch.bool, device=device),
+    )  # fmt: skip
+    positions = torch.arange(len(prompt), len(prompt) + canvas_length, device=device)[None]
+    with self_conditioning_signal(decoder, soft_embeddings(decoder, logits, on)):
+        theirs = decoder(decoder_input_ids=canvas, **with_cache(cache), decoder_attention_mask=masks,
+                         decoder_position_ids=positions).last_hidden_state[0]  # fmt: skip
+    fused = FusedDecoder(model)
+    ours = fused.forward(canvas, logits, on, cache, dict(masks), fused.rotary(positions, dtype))
+    difference = (ours.float() - theirs.float()).abs()
+    agree = (model.lm_head(ours).argmax(-1) == model.lm_head(theirs).argmax(-1)).float().mean()
+    print(f"fused vs transformers' decoder: max |diff| {difference.max():.4g} (hidden max "
+          f"{theirs.float().abs().max():.4g}), equal {(difference == 0).float().mean():.1%}, "
+          f"lm_head argmax agreement {agree:.1%}", flush=True)  # fmt: skip
+
+
 def profile_mode(mode: str, scale: str, device, fused: bool | None) -> None:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     config = diffusion_config(SCALES[scale])
@@ -71,6 +109,8 @@ def profile_mode(mode: str, scale: str, device, fused: bool | None) -> None:
     model = build_random(_model_class(), config, device, dtype)
     quantize_model(model, mode)
     _free(device)
+    if fused is not False:
+        compare_decoders(model, prompt, device, dtype)
     for capture in (False, True) if device.type == "cuda" else (False,):
         denoiser = CompiledDenoiser(model, capture=capture, eos_ids=set(), pad_id=0, fused=fused)
         name = f"{mode} fused={denoiser.fused is not None} capture={capture}"

@@ -36,3 +36,4 @@ def test_the_step_profile_times_the_step_and_names_the_operators():
     assert "top operators by self_cpu_time_total" in out
     assert "dgemma::sample_logits" in out  # the fused sampler: the product's path, not a stand-in
     assert "dgemma::post_attention" in out  # the fused decoder's norms, with fused=True
+    assert re.search(r"fused vs transformers' decoder: max \|diff\| \S+ .*argmax agreement 100.0%", out), out

@@ -198,3 +198,34 @@ def test_a_cpu_install_without_triton_loads_and_runs_the_quantized_model():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
+
+
+def test_loading_serves_the_unfused_step_when_the_fused_one_fails_on_the_card(monkeypatch):
+    """A card where the fused decoder kernels fail to capture (a Triton compile error, say) still gets
+    CUDA-graph steps, with transformers' decoder; only when both fail does `generate` serve."""
+    from dgemma_lsp.engine.runtime import denoising
+
+    attempts: list[bool | None] = []
+
+    class Capturing:
+        def __init__(self, model, *, capture, eos_ids, pad_id, fused=None) -> None:
+            attempts.append(fused)
+            self.fused = "fused decoder" if fused is None else None
+
+        def warm_up(self) -> None:
+            if self.fused is not None or fail_unfused:
+                raise RuntimeError("the kernels do not compile on this card")
+
+        def clear(self) -> None:
+            pass
+
+    monkeypatch.setattr(denoising, "CompiledDenoiser", Capturing)
+    monkeypatch.setattr(denoising, "compile_enabled", lambda mode, device: True)
+    fail_unfused = False
+    runtime = denoising.DenoisingRuntime.load("tiny-random")
+    assert attempts == [None, False]
+    assert runtime.compiled is not None and runtime.compiled.fused is None
+    attempts.clear()
+    fail_unfused = True
+    assert denoising.DenoisingRuntime.load("tiny-random").compiled is None
+    assert attempts == [None, False]

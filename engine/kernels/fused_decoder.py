@@ -17,6 +17,14 @@ What stays transformers': every weight and module (so quantization and the exper
 whatever the model holds), the attention mask (`create_diffusion_decoder_attention_mask`, built per
 canvas) and the rotary tables (`rotary_emb`, per canvas). Where the model differs from what this
 forward implements (`unsupported`), the step keeps transformers' decoder.
+
+Why hand-placed Triton kernels rather than `torch.compile` of the layer inside the captured graph:
+nothing of inductor's CUDA output can be shown without a GPU (it compiles for the card it sees: on
+CPU it emits C++, under fake tensors it runs nothing), so neither its numerics nor its kernel count
+could be checked here, where a GPU comes for minutes; it adds compilation to each load, per
+(candidates, length bucket) shape; and `make dryrun`'s operator watcher would see a compiled region
+as one opaque call. Custom ops are one launch each to every one of those tools, run in Triton's
+interpreter in the tests, and a CUDA graph captures them like any kernel.
 """
 
 from __future__ import annotations

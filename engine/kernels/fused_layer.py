@@ -58,8 +58,10 @@ def _cast(x, DTYPE: tl.constexpr):
 
 @triton.jit
 def _inv_rms(x, n, eps):
-    """transformers' DiffusionGemmaRMSNorm scale: (mean(x^2) + eps) ** -0.5, x fp32 with masked lanes 0."""
-    return 1.0 / tl.sqrt(tl.sum(x * x, 0) / n + eps)
+    """transformers' DiffusionGemmaRMSNorm scale: (mean(x^2) + eps) ** -0.5, x fp32 with masked lanes 0.
+    IEEE division and square root (`*_rn`): Triton's plain `/` and `sqrt` are approximate on a GPU."""
+    mean = tl.div_rn(tl.sum(x * x, 0), tl.full([], n, tl.float32))
+    return tl.div_rn(1.0, tl.sqrt_rn(mean + eps))
 
 
 @triton.jit
@@ -206,26 +208,31 @@ def signal_norm_kernel(
 
 
 @triton.jit
-def _head_norm_rope(x_ptr, weight_ptr, cos_ptr, sin_ptr, position, eps, dtype: tl.constexpr, D: tl.constexpr,
-                    HAS_WEIGHT: tl.constexpr, ROPE: tl.constexpr):  # fmt: skip
-    """One head `[D]` at x_ptr: RMSNorm (times the weight), then x * cos + rotate_half(x) * sin, with
-    transformers' roundings (the norm, each product, their sum); the two halves, fp32."""
+def _heads_norm_rope(x_ptr, heads, weight_ptr, cos_ptr, sin_ptr, position, eps, dtype: tl.constexpr,
+                     D: tl.constexpr, HEADS: tl.constexpr, HAS_WEIGHT: tl.constexpr, ROPE: tl.constexpr):  # fmt: skip
+    """A token's `heads` heads `[heads, D]` at x_ptr: RMSNorm per head (times the weight), then
+    x * cos + rotate_half(x) * sin, with transformers' roundings (the norm, each product, their sum);
+    the two halves `[HEADS, D / 2]`, fp32."""
+    rows = tl.arange(0, HEADS)
     half = tl.arange(0, D // 2)
-    first = tl.load(x_ptr + half).to(tl.float32)
-    second = tl.load(x_ptr + D // 2 + half).to(tl.float32)
-    scale = 1.0 / tl.sqrt((tl.sum(first * first, 0) + tl.sum(second * second, 0)) / D + eps)
-    first = first * scale
-    second = second * scale
+    valid = (rows < heads)[:, None]
+    offsets = rows[:, None] * D + half[None, :]
+    first = tl.load(x_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+    second = tl.load(x_ptr + D // 2 + offsets, mask=valid, other=0.0).to(tl.float32)
+    total = tl.sum(first * first, 1) + tl.sum(second * second, 1)
+    scale = tl.div_rn(tl.full([HEADS], 1.0, tl.float32), tl.sqrt_rn(tl.div_rn(total, tl.full([HEADS], D, tl.float32)) + eps))
+    first = first * scale[:, None]
+    second = second * scale[:, None]
     if HAS_WEIGHT:
-        first = first * tl.load(weight_ptr + half).to(tl.float32)
-        second = second * tl.load(weight_ptr + D // 2 + half).to(tl.float32)
+        first = first * tl.load(weight_ptr + half).to(tl.float32)[None, :]
+        second = second * tl.load(weight_ptr + D // 2 + half).to(tl.float32)[None, :]
     first = _round(first, dtype)
     second = _round(second, dtype)
     if ROPE:  # rotate_half(x) = cat(-x2, x1)
-        cos_first = tl.load(cos_ptr + position * D + half).to(tl.float32)
-        cos_second = tl.load(cos_ptr + position * D + D // 2 + half).to(tl.float32)
-        sin_first = tl.load(sin_ptr + position * D + half).to(tl.float32)
-        sin_second = tl.load(sin_ptr + position * D + D // 2 + half).to(tl.float32)
+        cos_first = tl.load(cos_ptr + position * D + half).to(tl.float32)[None, :]
+        cos_second = tl.load(cos_ptr + position * D + D // 2 + half).to(tl.float32)[None, :]
+        sin_first = tl.load(sin_ptr + position * D + half).to(tl.float32)[None, :]
+        sin_second = tl.load(sin_ptr + position * D + D // 2 + half).to(tl.float32)[None, :]
         rotated_first = _round(first * cos_first, dtype) + _round(-second * sin_first, dtype)
         second = _round(_round(second * cos_second, dtype) + _round(first * sin_second, dtype), dtype)
         first = _round(rotated_first, dtype)
@@ -233,10 +240,14 @@ def _head_norm_rope(x_ptr, weight_ptr, cos_ptr, sin_ptr, position, eps, dtype: t
 
 
 @triton.jit
-def _store_head(out_ptr, first, second, D: tl.constexpr):
+def _store_heads(out_ptr, row_stride, heads, first, second, D: tl.constexpr, HEADS: tl.constexpr):
+    """Head h's two halves to out_ptr + h * row_stride."""
+    rows = tl.arange(0, HEADS)
     half = tl.arange(0, D // 2)
-    tl.store(out_ptr + half, first.to(out_ptr.dtype.element_ty))
-    tl.store(out_ptr + D // 2 + half, second.to(out_ptr.dtype.element_ty))
+    valid = (rows < heads)[:, None]
+    offsets = rows[:, None].to(tl.int64) * row_stride + half[None, :]
+    tl.store(out_ptr + offsets, first.to(out_ptr.dtype.element_ty), mask=valid)
+    tl.store(out_ptr + D // 2 + offsets, second.to(out_ptr.dtype.element_ty), mask=valid)
 
 
 @triton.jit
@@ -276,44 +287,39 @@ def attention_inputs_kernel(
     D: tl.constexpr,
     REPEAT: tl.constexpr,
     BLOCK_P: tl.constexpr,
+    HEADS: tl.constexpr,
+    KV_HEADS: tl.constexpr,
 ):
     """transformers' q / k / v head norms, rotary embedding and `append_to_cache` in one launch.
 
-    The first tokens * (Hq + 2 Hkv) programs each do one head of one token: q into `q_out`; k and v
-    into the canvas rows [offset, offset + L) of each of their REPEAT query heads' key/value rows (what
+    The first `tokens` programs each do one token's heads (HEADS, KV_HEADS: their counts rounded up to
+    powers of two): q into `q_out`; k and v into the canvas rows [offset, offset + L) of each of their REPEAT query heads' key/value rows (what
     `repeat_kv` would copy). The other programs copy BLOCK_P cache rows of one head into rows [0, M),
     zeros into [M, M + L), and leave the canvas rows to the first kind: no two programs write one row.
     """
     pid = tl.program_id(0).to(tl.int64)
     dtype = q_out_ptr.dtype.element_ty
-    slots = heads + 2 * kv_heads
     positions = cached + length
     offset = tl.load(offset_ptr)
-    if pid < tokens * slots:
-        token = pid // slots
-        slot = pid % slots
+    if pid < tokens:
+        token = pid
         position = token % length
         batch = token // length
-        if slot < heads:
-            first, second = _head_norm_rope(q_ptr + token * stride_q + slot * D, q_weight_ptr, cos_ptr, sin_ptr,
-                                            position, eps, dtype, D, True, True)  # fmt: skip
-            _store_head(q_out_ptr + ((batch * heads + slot) * length + position) * D, first, second, D)
-        elif slot < heads + kv_heads:
-            head = slot - heads
-            first, second = _head_norm_rope(k_ptr + token * stride_k + head * D, k_weight_ptr, cos_ptr, sin_ptr,
-                                            position, eps, dtype, D, True, True)  # fmt: skip
-            for copy in range(REPEAT):
-                row = (batch * kv_heads + head) * REPEAT + copy
-                _store_head(keys_out_ptr + (row * positions + offset + position) * D, first, second, D)
-        else:
-            head = slot - heads - kv_heads
-            first, second = _head_norm_rope(v_ptr + token * stride_v + head * D, k_weight_ptr, cos_ptr, sin_ptr,
-                                            position, eps, dtype, D, False, False)  # fmt: skip
-            for copy in range(REPEAT):
-                row = (batch * kv_heads + head) * REPEAT + copy
-                _store_head(values_out_ptr + (row * positions + offset + position) * D, first, second, D)
+        first, second = _heads_norm_rope(q_ptr + token * stride_q, heads, q_weight_ptr, cos_ptr, sin_ptr, position,
+                                         eps, dtype, D, HEADS, True, True)  # fmt: skip
+        # query head h of this token: q_out[batch, h, position]
+        _store_heads(q_out_ptr + (batch * heads * length + position) * D, length * D, heads, first, second, D, HEADS)
+        first, second = _heads_norm_rope(k_ptr + token * stride_k, kv_heads, k_weight_ptr, cos_ptr, sin_ptr,
+                                         position, eps, dtype, D, KV_HEADS, True, True)  # fmt: skip
+        values_first, values_second = _heads_norm_rope(v_ptr + token * stride_v, kv_heads, k_weight_ptr, cos_ptr,
+                                                       sin_ptr, position, eps, dtype, D, KV_HEADS, False, False)  # fmt: skip
+        for copy in range(REPEAT):  # key/value head h serves query heads h * REPEAT + copy
+            start = ((batch * kv_heads * REPEAT + copy) * positions + offset + position) * D
+            _store_heads(keys_out_ptr + start, REPEAT * positions * D, kv_heads, first, second, D, KV_HEADS)
+            _store_heads(values_out_ptr + start, REPEAT * positions * D, kv_heads, values_first, values_second, D,
+                         KV_HEADS)  # fmt: skip
     else:
-        item = pid - tokens * slots
+        item = pid - tokens
         blocks = tl.cdiv(positions, BLOCK_P)
         block = item % blocks
         out_head = (item // blocks) // 2  # b * Hkv * REPEAT + h * REPEAT + r
@@ -356,7 +362,7 @@ def route_top_k_kernel(
     valid = ids < experts
     scores = tl.load(scores_ptr + row * experts + ids, mask=valid, other=-float("inf")).to(tl.float32)
     weights = tl.exp(scores - tl.max(scores, 0))
-    probabilities = weights / tl.sum(weights, 0)  # softmax in fp32, as transformers' router
+    probabilities = tl.div_rn(weights, tl.sum(weights, 0))  # softmax in fp32, as transformers' router
     slots = tl.arange(0, K)
     chosen = tl.zeros([K], dtype=tl.float32)
     chosen_ids = tl.zeros([K], dtype=tl.int32)
@@ -366,7 +372,7 @@ def route_top_k_kernel(
         chosen = tl.where(slots == slot, best, chosen)
         chosen_ids = tl.where(slots == slot, best_id, chosen_ids)
         remaining = tl.where(ids == best_id, -1.0, remaining)
-    chosen = chosen / tl.sum(chosen, 0)
+    chosen = tl.div_rn(chosen, tl.sum(chosen, 0))
     chosen = chosen * tl.load(expert_scale_ptr + chosen_ids).to(tl.float32)
     tl.store(weights_out_ptr + row * K + slots, chosen)
     tl.store(index_out_ptr + row * K + slots, chosen_ids.to(tl.int64))
@@ -389,11 +395,16 @@ def softmax_rows_kernel(logits_ptr, out_ptr, vocab, BLOCK_V: tl.constexpr):
         ids = start + cols
         valid = ids < vocab
         x = tl.load(logits_ptr + row * vocab + ids, mask=valid, other=-float("inf")).to(tl.float32)
-        tl.store(out_ptr + row * vocab + ids, _cast(tl.exp(x - running_max) / running_sum, out_ptr.dtype.element_ty),
+        tl.store(out_ptr + row * vocab + ids, _cast(tl.div_rn(tl.exp(x - running_max), running_sum), out_ptr.dtype.element_ty),
                  mask=valid)  # fmt: skip
 
 
 # -- the launches as torch operators (fake tensors, torch.compile and the dry run see one op each) --------
+
+
+def _interpreting() -> bool:
+    """True when the kernels were built for Triton's CPU interpreter (TRITON_INTERPRET=1 at import)."""
+    return type(attention_inputs_kernel).__name__ == "InterpretedFunction"
 
 
 def _block(width: int) -> int:
@@ -494,12 +505,14 @@ def attention_inputs(
     heads = q.shape[-1] // dim
     queries, keys, values = _attention_tensors(q, cache_keys, length, heads)
     tokens = q.shape[0]
-    block_p = 16
+    # Interpreted, each program costs milliseconds of Python whatever its size: few, large copies on CPU.
+    block_p = 256 if _interpreting() else 16
     copies = batch * heads * 2 * triton.cdiv(cached + length, block_p)
-    attention_inputs_kernel[(tokens * (heads + 2 * kv_heads) + copies,)](
+    attention_inputs_kernel[(tokens + copies,)](
         q, k, v, q_weight, k_weight, cos, sin, cache_keys, cache_values, queries, keys, values, offset,
         q.stride(0), k.stride(0), v.stride(0), tokens, heads, kv_heads, length, cached, eps,
-        D=dim, REPEAT=heads // kv_heads, BLOCK_P=block_p,
+        D=dim, REPEAT=heads // kv_heads, BLOCK_P=block_p, HEADS=_block(heads), KV_HEADS=_block(kv_heads),
+        num_warps=4 if dim * heads <= 4096 else 8,
     )  # fmt: skip
     return queries, keys, values
 

@@ -152,7 +152,7 @@ def accept_update_kernel(
     argmax = tl.load(argmax_ptr + offsets, mask=valid, other=0)
     draft = tl.load(draft_ptr + offsets, mask=valid, other=0)
     stable = tl.sum(tl.where(valid & (argmax != draft), 1, 0), 0) == 0
-    mean_entropy = tl.sum(tl.where(valid, entropy, 0.0), 0) / length
+    mean_entropy = tl.div_rn(tl.sum(tl.where(valid, entropy, 0.0), 0), tl.full([], length, tl.float32))
     confident = mean_entropy < tl.load(threshold_ptr)
     finished = tl.load(finished_ptr + row) != 0
     if not finished:

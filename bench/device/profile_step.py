@@ -1,7 +1,7 @@
 """Where a denoising step's time goes: torch.profiler over the product's step (`CompiledDenoiser`).
 
 Per mode and `--fused` setting: builds the full-size random model (as `bench step` does), quantizes it,
-and times the median step of two 8-step requests (2-step on CPU) eagerly (graph capture off, so every kernel is its own
+and times the median step of two 8-step requests (one 2-step request on CPU) eagerly (graph capture off, so every kernel is its own
 profiler row) and, on CUDA, captured (what `bench step` reports). Then profiles eager requests of 2 and
 6 steps (1 and 2 on CPU): the difference per step between is the device kernels one step launches (the figure `make dryrun`
 predicts as deviceKernelsPerStep), listed by kernel name; then the top operators by self device time.
@@ -40,6 +40,7 @@ PROFILED_STEPS = {"cuda": (2, 6), "cpu": (1, 2)}
 """Two eager requests profiled; the difference of their kernels over the steps between is one step's.
 Fewer on CPU, where the kernels run in Triton's interpreter and only the plumbing is checked."""
 TIMED_STEPS = {"cuda": 8, "cpu": 2}
+TIMED_REQUESTS = {"cuda": 2, "cpu": 1}
 KERNELS_LISTED = 30
 FUSED = {"auto": None, "on": True, "off": False}
 
@@ -115,8 +116,10 @@ def profile_mode(mode: str, scale: str, device, fused: bool | None) -> None:
         denoiser = CompiledDenoiser(model, capture=capture, eos_ids=set(), pad_id=0, fused=fused)
         name = f"{mode} fused={denoiser.fused is not None} capture={capture}"
         few_steps, many_steps = PROFILED_STEPS[device.type]
-        _timed_request(denoiser, prompt, 1, few_steps, canvas)  # warm-up (captures the graph)
-        steps = [ms for _ in range(2) for ms in _timed_request(denoiser, prompt, 1, TIMED_STEPS[device.type], canvas)[1]]
+        if device.type == "cuda":
+            _timed_request(denoiser, prompt, 1, few_steps, canvas)  # warm-up (compiles, captures the graph)
+        timed = [_timed_request(denoiser, prompt, 1, TIMED_STEPS[device.type], canvas) for _ in range(TIMED_REQUESTS[device.type])]
+        steps = [ms for _, deltas in timed for ms in deltas]
         print(f"{name}: median step {statistics.median(steps):.2f} ms", flush=True)
         if not capture:
             (few, _), (many, profiler) = (_device_kernels(denoiser, prompt, n, canvas, device)

@@ -4,7 +4,8 @@ Per mode and `--fused` setting: builds the full-size random model (as `bench ste
 and times the median step of two 8-step requests (one 2-step request on CPU) eagerly (graph capture off, so every kernel is its own
 profiler row) and, on CUDA, captured (what `bench step` reports). Then profiles eager requests of 2 and
 6 steps (1 and 2 on CPU): the difference per step between is the device kernels one step launches (the figure `make dryrun`
-predicts as deviceKernelsPerStep), listed by kernel name; then the top operators by self device time.
+predicts as deviceKernelsPerStep), listed by kernel name; then the top operators by self device time,
+and again by input shapes (the dense linears' dequant-GEMMs apart from the experts').
 With the fused decoder it first compares one decoder forward, fused and transformers', on the card.
 On CUDA it also prints which SDPA backend attention takes for the step's shapes (a masked, grouped-query
 attention over the static cache: flash needs no mask, so memory-efficient or math). On CPU (`--scale
@@ -48,7 +49,7 @@ FUSED = {"auto": None, "on": True, "off": False}
 def _device_kernels(denoiser, prompt: list[int], steps: int, canvas: int, device):
     """(kernel and memcpy/memset events on the device by name, the profiler) of one eager `steps`-step request."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as profiler:
+    with profile(activities=activities, record_shapes=True) as profiler:
         _timed_request(denoiser, prompt, 1, steps, canvas)
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -134,6 +135,11 @@ def profile_mode(mode: str, scale: str, device, fused: bool | None) -> None:
             key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
             print(f"--- {name}: prompt + {many_steps} eager steps, top operators by {key}", flush=True)
             print(profiler.key_averages().table(sort_by=key, row_limit=28, max_name_column_width=70), flush=True)
+            # The same by input shapes: the dense linears' dequant-GEMMs (weights [1, N, K]) apart from the
+            # experts' ([E, N, K]), attention per layer type, the norms per width.
+            print(f"--- {name}: the same by input shapes", flush=True)
+            print(profiler.key_averages(group_by_input_shape=True).table(
+                sort_by=key, row_limit=20, max_name_column_width=50, max_shapes_column_width=90), flush=True)  # fmt: skip
         denoiser.clear()
     if device.type == "cuda":
         _sdpa_backends(config, device, dtype)

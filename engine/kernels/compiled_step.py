@@ -19,15 +19,16 @@ confidence, acceptance, renoising, early-stop state) — no fp32 copy of the
 logits and no host sync inside a step. The decoder forward is `fused_decoder`'s
 (norms, rotary, cache append and router in fused kernels: ~21 kernels a layer
 instead of ~150) wherever the model allows it; `fused=False` keeps
-transformers' decoder (the A/B baseline, `bench step --fused on,off`). Without CUDA (`capture=False`) the
-same step runs eagerly, which is how the CPU tests exercise it (the fused
-sampler then needs TRITON_INTERPRET=1).
+transformers' decoder (the A/B baseline, `bench step --fused on,off`).
+Without CUDA (`capture=False`) the same step runs eagerly, which is how the
+CPU tests exercise it (the fused kernels then need TRITON_INTERPRET=1).
 
 Status: CPU-tested in eager mode (restore equivalence, the loop against
 transformers' generate, fused and not); captured and timed on an H200 with
 transformers' decoder (bench/RESULTS.md); the fused decoder has not yet run on a GPU.
-A failure in capture or in a compiled request makes the runtime fall back to
-`generate` for good (denoising.py), so `auto` cannot take the product down.
+A failure to capture the fused step at load retries with transformers' decoder;
+a failure in capture or in a compiled request then makes the runtime fall back
+to `generate` for good (denoising.py), so `auto` cannot take the product down.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ A `TorchDispatchMode` watches every operator: device mismatches (FakeTensor
 raises them), host syncs (a device value read on the host, a device-to-host
 copy, an operator whose output shape depends on device data), operators and
 custom-kernel launches (`dgemma::*` ops, one Triton launch each) per step, the
-bytes of live fake CUDA storages (peak against the card), and the weight and
+device kernels a step launches (`kernels_launched`: views, allocations and metadata
+launch none), the bytes of live fake CUDA storages (peak against the card), and the weight and
 cache bytes one step reads (the bandwidth floor). `torch.cuda.get_device_capability`
 gets each virtual GPU's answer; nothing else of the CUDA runtime is touched
 (patching `is_available` reaches the real runtime and aborts the process).
@@ -60,6 +61,7 @@ STEPS = 2
 TAIL_TOKENS = 16
 """Prompt ids after the stable part: encoded per request, as a keystroke's tail is."""
 MODES = ("int4", "fp8", "int8", "none")
+KERNEL_OPS_LISTED = 40
 
 
 class VirtualGpu(msgspec.Struct, frozen=True, rename="camel"):
@@ -96,8 +98,12 @@ class RunFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """Operators dispatched in one step (the last one)."""
     custom_kernel_launches_per_step: int
     """dgemma::* operators (one Triton launch each) in that step."""
+    device_kernels_per_step: int
+    """Kernels that step launches on the card (`kernels_launched`: views, allocations, metadata: none)."""
+    device_kernels_by_op: dict[str, int]
+    """The step's kernels per operator, the most first (the top KERNEL_OPS_LISTED)."""
     vocab_sized_allocations_per_step: int
-    """New tensors of at least a [B, L, V] bf16 logits' bytes in that step (they dominate activations)."""
+    """New `[..., V]` tensors of at least a [B, L, V] bf16 logits' bytes in that step (they dominate activations)."""
     peak_bytes: int
     """Most bytes of live fake CUDA storages during the request, weights included."""
     peak_site: str
@@ -165,9 +171,63 @@ class _StepFigures(msgspec.Struct):
     vocab_sized: int = 0
     ops: int = 0
     launches: int = 0
+    kernels: int = 0
+    kernels_by_op: dict[str, int] = msgspec.field(default_factory=dict)
     syncs: int = 0
     weight_bytes: int = 0
     cache_bytes: int = 0
+
+
+# Kernels per operator on CUDA, read in ATen's CUDA implementations (torch 2.13), for the operators a
+# step dispatches whose count is not one. Everything else that reaches the dispatcher launches one.
+_MULTI_KERNEL_OPS = {
+    # sort over a row of <= 4,096 (the canvas): copy of the keys, an iota of the indices, one
+    # in-register bitonic sort (sortKeyValueInplace); longer rows take CUB's segmented radix sort (more).
+    "sort": 3,
+    # radix select (gatherTopK), then a sort of the k results when sorted=True and k > 1.
+    "topk": 2,
+}
+"""Operator name (the overload packet's) -> kernels it launches."""
+
+_NO_KERNEL_OPS = frozenset({
+    # allocations: the caching allocator hands out memory, no kernel runs
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
+    # metadata and aliasing that FakeTensor / the dispatcher see as operators but never touch data
+    "_unsafe_view", "_reshape_alias", "lift_fresh", "set_", "resize_", "is_same_size", "sym_size",
+    "sym_stride", "sym_numel", "sym_storage_offset", "_has_compatible_shallow_copy_type",
+    "record_stream", "_local_scalar_dense",  # a host read (a sync, counted as one): a memcpy, not a kernel
+})
+_NO_KERNEL_NAMESPACES = frozenset({"prim"})
+"""`prim::device`, `prim::layout`...: a tensor's metadata asked through the dispatcher."""
+
+
+def kernels_launched(func, args) -> int:
+    """Device kernels one dispatched operator launches on CUDA (0, 1 or a few), by operator class.
+
+    - 0: views (`OpOverload.is_view`: view, transpose, slice, expand, unsqueeze, t, permute, as_strided,
+      detach, alias...) and the view-like `_unsafe_view`; `prim::*` metadata (`prim::device`); allocations (`empty*`, `new_empty*`: the
+      caching allocator, no kernel); metadata (`sym_size`, `set_`...); a host read of a device scalar
+      (`_local_scalar_dense`: a device-to-host memcpy, counted among the syncs, never inside a step);
+      a `copy_` of a tensor onto itself; any operator on CPU tensors only.
+    - a few: `_MULTI_KERNEL_OPS` (sort, topk), from ATen's CUDA implementations.
+    - 1: everything else, including `dgemma::*` custom ops (one Triton launch each), GEMMs (cuBLAS may
+      add a split-K reduction: still counted 1), casts (`_to_copy`), `copy_`, fills (`zeros`,
+      `fill_`, `zero_`), `arange`, random draws and host-to-device copies (a memcpy node in a graph).
+    SDPA is answered above the dispatcher (`_make_function_mode`) as the one fused kernel it runs.
+    This is a count, not a timing: a profile on a GPU (bench/device/profile_step.py) lists the kernels
+    that actually ran, to check it against.
+    """
+    import torch
+
+    name = func._overloadpacket.__name__
+    if func.is_view or name in _NO_KERNEL_OPS or func.namespace in _NO_KERNEL_NAMESPACES:
+        return 0
+    if name == "copy_" and args[0] is args[1]:
+        return 0
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if func.namespace != "dgemma" and tensors and all(t.device.type == "cpu" for t in tensors):
+        return 0
+    return _MULTI_KERNEL_OPS.get(name, 1)
 
 
 def _make_watcher():
@@ -191,6 +251,7 @@ def _make_watcher():
             self.recording = False  # where the peak happens: only during requests (a frame walk per new peak)
             self.mismatches = 0
             self.vocab_sized_bytes = 1 << 62  # a [B, L, V] bf16 tensor's bytes, set per request
+            self.vocab = 0  # V: a "logits-sized" tensor also ends in the vocabulary
             self.fused_attention = 0  # SDPA calls accounted as a fused kernel (see _make_function_mode)
             self.syncs: collections.Counter[str] = collections.Counter()
             self.step: _StepFigures | None = None
@@ -224,7 +285,7 @@ def _make_watcher():
             if key in self.live:
                 return
             size = storage.nbytes()
-            if self.step is not None and size >= self.vocab_sized_bytes:
+            if self.step is not None and size >= self.vocab_sized_bytes and tensor.shape[-1:] == (self.vocab,):
                 self.step.vocab_sized += 1
             self.live[key] = size
             self.live_bytes += size
@@ -267,6 +328,11 @@ def _make_watcher():
                 self.step.ops += 1
                 if func.namespace == "dgemma":
                     self.step.launches += 1
+                kernels = kernels_launched(func, args)
+                if kernels:
+                    self.step.kernels += kernels
+                    name = f"{func.namespace}::{func._overloadpacket.__name__}"
+                    self.step.kernels_by_op[name] = self.step.kernels_by_op.get(name, 0) + kernels
                 self._reads(func, args)
             if func is scalar_read:
                 # A value the fake world cannot know: reading a CUDA one stalls the host (a sync);
@@ -317,7 +383,14 @@ def _make_function_mode(watcher):
                 # copies of q/k/v and the whole score matrix. Account it as the fused kernel.
                 query, value = args[0], args[2] if len(args) > 2 else kwargs["value"]
                 watcher.fused_attention += 1
-                return query.new_empty((*query.shape[:-1], value.shape[-1]))
+                if watcher.step is not None:
+                    watcher.step.kernels += 1
+                    by_op = watcher.step.kernels_by_op
+                    by_op["sdpa (fused)"] = by_op.get("sdpa (fused)", 0) + 1
+                # The fused kernels write [B, L, H, D] and return it as [B, H, L, D] (a transposed view), so
+                # the caller's `transpose(1, 2).reshape(...)` is a view on a GPU, not a copy.
+                batch, heads, length = query.shape[:-1]
+                return query.new_empty((batch, length, heads, value.shape[-1])).transpose(1, 2)
             if getattr(func, "__name__", None) == "tolist":
                 tensor = args[0]
                 if tensor.device.type == "cuda":
@@ -442,13 +515,14 @@ def _denoiser_class():
 
 
 def run_request(model, watcher, gpu: VirtualGpu, mode: str, prompt_tokens: int, batch: int,
-                resident: int) -> RunFigure:  # fmt: skip
-    denoiser = _denoiser_class()(model, capture=False, eos_ids=set(), pad_id=0)
+                resident: int, fused: bool | None = None) -> RunFigure:  # fmt: skip
+    denoiser = _denoiser_class()(model, capture=False, eos_ids=set(), pad_id=0, fused=fused)
     denoiser.watcher, denoiser.step_figures = watcher, []
     prompt = [4 + (i % 1000) for i in range(prompt_tokens)]
     watcher.syncs.clear()
     watcher.mismatches = 0
     watcher.vocab_sized_bytes = batch * denoiser.canvas_length * denoiser.vocab * 2
+    watcher.vocab = denoiser.vocab
     watcher.reset_peak()
     error = None
     try:
@@ -472,6 +546,8 @@ def run_request(model, watcher, gpu: VirtualGpu, mode: str, prompt_tokens: int, 
         host_syncs_per_step=max((f.syncs for f in figures), default=0),
         host_syncs_per_canvas=sum(watcher.syncs.values()), sync_sites=dict(watcher.syncs),
         ops_per_step=last.ops, custom_kernel_launches_per_step=last.launches,
+        device_kernels_per_step=last.kernels,
+        device_kernels_by_op=dict(sorted(last.kernels_by_op.items(), key=lambda kv: -kv[1])[:KERNEL_OPS_LISTED]),
         vocab_sized_allocations_per_step=last.vocab_sized,
         peak_bytes=peak, peak_site=watcher.peak_site, resident_bytes=resident, card_bytes=gpu.memory_bytes,
         within_card=peak <= gpu.memory_bytes - SPARE_BYTES,
@@ -510,8 +586,9 @@ def virtual_gpu(gpu: VirtualGpu) -> Iterator[None]:
 
 
 def run_dryrun(gpus=GPUS, modes=MODES, prompts=PROMPTS, candidates=CANDIDATES, *, config=None,
-               log=None) -> DryRunReport:  # fmt: skip
-    """Every (virtual GPU, offered mode, prompt, candidates) request; `config` defaults to the full size."""
+               log=None, fused: bool | None = None) -> DryRunReport:  # fmt: skip
+    """Every (virtual GPU, offered mode, prompt, candidates) request; `config` defaults to the full size;
+    `fused` False runs the step unfused (transformers' decoder: the A/B baseline)."""
     import torch
     import transformers
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -541,7 +618,7 @@ def run_dryrun(gpus=GPUS, modes=MODES, prompts=PROMPTS, candidates=CANDIDATES, *
                 with virtual_gpu(gpu):
                     for prompt in prompts:
                         for batch in candidates:
-                            figure = run_request(model, watcher, gpu, mode, prompt, batch, resident)
+                            figure = run_request(model, watcher, gpu, mode, prompt, batch, resident, fused)
                             runs.append(figure)
                             log(_describe(figure))
             del model
@@ -557,7 +634,7 @@ def run_dryrun(gpus=GPUS, modes=MODES, prompts=PROMPTS, candidates=CANDIDATES, *
     )  # fmt: skip
 
 
-def run_parallel(gpus, modes, prompts, candidates, *, jobs: int, log=None) -> DryRunReport:
+def run_parallel(gpus, modes, prompts, candidates, *, jobs: int, log=None, fused: bool | None = None) -> DryRunReport:
     """`run_dryrun` split by virtual GPU over `jobs` processes (each loads the modes its GPUs offer);
     the report lists the GPUs in the given order and sums the processes' CPU seconds."""
     import concurrent.futures
@@ -567,7 +644,8 @@ def run_parallel(gpus, modes, prompts, candidates, *, jobs: int, log=None) -> Dr
     groups = _balanced_groups(gpus, modes, jobs)
     context = multiprocessing.get_context("spawn")  # no fork of a process that has torch loaded
     with concurrent.futures.ProcessPoolExecutor(len(groups), mp_context=context) as pool:
-        parts = list(pool.map(_run_part, [([g.name for g in group], modes, prompts, candidates) for group in groups]))
+        parts = list(pool.map(_run_part, [([g.name for g in group], modes, prompts, candidates, fused)
+                                          for group in groups]))  # fmt: skip
     reports = [msgspec.json.decode(part, type=DryRunReport) for part in parts]
     order = [gpu.name for gpu in gpus]
     runs = sorted((run for report in reports for run in report.runs), key=lambda run: order.index(run.gpu))
@@ -581,9 +659,9 @@ def run_parallel(gpus, modes, prompts, candidates, *, jobs: int, log=None) -> Dr
 
 
 def _run_part(part) -> bytes:
-    gpu_names, modes, prompts, candidates = part
+    gpu_names, modes, prompts, candidates, fused = part
     gpus = [gpu for gpu in GPUS if gpu.name in gpu_names]
-    return msgspec.json.encode(run_dryrun(gpus, modes, prompts, candidates, log=say))
+    return msgspec.json.encode(run_dryrun(gpus, modes, prompts, candidates, log=say, fused=fused))
 
 
 def _balanced_groups(gpus, modes, jobs: int) -> list[list[VirtualGpu]]:
@@ -623,7 +701,7 @@ def targets_missed(runs: list[RunFigure]) -> list[str]:
 def _describe(run: RunFigure) -> str:
     text = (f"{run.gpu:8} {run.mode:4} prompt {run.prompt_tokens:5} x{run.candidates}: "
             f"mismatches {run.device_mismatches}, syncs/step {run.host_syncs_per_step}, "
-            f"syncs/canvas {run.host_syncs_per_canvas}, ops/step {run.ops_per_step}, "
+            f"syncs/canvas {run.host_syncs_per_canvas}, ops/step {run.ops_per_step}, kernels/step {run.device_kernels_per_step}, "
             f"launches/step {run.custom_kernel_launches_per_step}, peak {run.peak_bytes / 1e9:.2f} GB at {run.peak_site}, "
             f"weights/step {run.weight_bytes_per_step / 1e9:.2f} GB, floor {run.floor_ms_per_step:.2f} ms")  # fmt: skip
     return text + (f"  ERROR {run.error}" if run.error else "")
@@ -634,12 +712,13 @@ def format_table(report: DryRunReport) -> str:
         f"virtual-GPU dry run (torch {report.torch_version}, fake CUDA tensors); vLLM anchor "
         f"{report.vllm_ms_per_step} ms/step (FP8, H100)",
         f"{'gpu':8} {'mode':4} {'prompt':>6} {'cand':>4} {'mism':>4} {'sync/step':>9} {'sync/canvas':>11} "
-        f"{'ops/step':>8} {'launch':>6} {'peak GB':>8} {'weights GB':>10} {'floor ms':>8}",
+        f"{'ops/step':>8} {'kernels':>7} {'launch':>6} {'peak GB':>8} {'weights GB':>10} {'floor ms':>8}",
     ]
     for run in report.runs:
         lines.append(
             f"{run.gpu:8} {run.mode:4} {run.prompt_tokens:>6} {run.candidates:>4} {run.device_mismatches:>4} "
             f"{run.host_syncs_per_step:>9} {run.host_syncs_per_canvas:>11} {run.ops_per_step:>8} "
+            f"{run.device_kernels_per_step:>7} "
             f"{run.custom_kernel_launches_per_step:>6} {run.peak_bytes / 1e9:>8.2f} "
             f"{run.weight_bytes_per_step / 1e9:>10.2f} {run.floor_ms_per_step:>8.2f}"
             + (f"  {run.error}" if run.error else "")
@@ -659,6 +738,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--prompts", default=",".join(map(str, PROMPTS)), help="prompt lengths in tokens")
     parser.add_argument("--candidates", default=",".join(map(str, CANDIDATES)), help="candidates per request")
+    parser.add_argument("--fused", choices=("auto", "on", "off"), default="auto",
+                        help="the step's fused decoder kernels (compiled_step's `fused`); off: transformers' decoder")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="processes (the virtual GPUs are split between them)")  # fmt: skip
 
@@ -677,9 +758,10 @@ def run(args) -> int:
         return 2
     prompts = tuple(int(p) for p in args.prompts.split(","))
     candidates = tuple(int(c) for c in args.candidates.split(","))
+    fused = None if args.fused == "auto" else args.fused == "on"
     if args.jobs > 1 and len(gpus) > 1:
-        report = run_parallel(gpus, modes, prompts, candidates, jobs=args.jobs, log=say)
+        report = run_parallel(gpus, modes, prompts, candidates, jobs=args.jobs, log=say, fused=fused)
     else:
-        report = run_dryrun(gpus, modes, prompts, candidates, log=say)
+        report = run_dryrun(gpus, modes, prompts, candidates, log=say, fused=fused)
     write_report(report, getattr(args, "json", False), format_table)
     return 1 if report.failures else 0

@@ -10,6 +10,9 @@ intervals between drafts) and its ratio to the weight-read floor, ms per
 canvas (16 steps), first-draft ms (request start to the first draft,
 prompt restore and tail encode included), and peak GPU memory while
 denoising. A first run per batch captures the graphs and is not timed.
+`--fused on,off` measures the step with the fused decoder kernels
+(`fused_decoder`) and with transformers' decoder, one after the other on the
+same weights: the A/B of the non-expert work.
 Targets (issue 12, H100): int4 <= 7 ms/step, fp8 <= 10, canvas <= 120 ms
 (vLLM FP8: 145.7), 4 candidates <= 1.5x one, int4 peak <= 18 GB.
 
@@ -39,6 +42,8 @@ TARGET_INT4_PEAK_BYTES = 18 * 10**9
 
 class StepFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     mode: str
+    fused: bool
+    """The decoder's non-expert work in fused kernels (CompiledDenoiser's `fused`); False: transformers' decoder."""
     candidates: int
     steps: int
     ms_per_step: float
@@ -76,7 +81,8 @@ def _timed_request(denoiser, prompt: list[int], batch: int, steps: int, canvas: 
     return deltas[0], deltas[1:]
 
 
-def measure_mode(config, mode: str, scale: str, device, dtype, *, steps: int, repeats: int, log=None):
+def measure_mode(config, mode: str, scale: str, device, dtype, *, steps: int, repeats: int, log=None,
+                 fused_settings: tuple[bool | None, ...] = (None,)):  # fmt: skip
     import torch
 
     from dgemma_lsp.engine.kernels.compiled_step import CompiledDenoiser
@@ -90,37 +96,42 @@ def measure_mode(config, mode: str, scale: str, device, dtype, *, steps: int, re
     _free(device)
     weight_bytes = _text_bytes(model)
     floor_ms = _step_read_bytes(model) / HBM_BYTES_PER_S * 1000
-    denoiser = CompiledDenoiser(model, capture=device.type == "cuda", eos_ids=set(), pad_id=0)
     vocab = config.text_config.vocab_size
     prompt = torch.randint(4, vocab - 4, (PROMPT_TOKENS[scale],), generator=torch.Generator().manual_seed(SEED))
     prompt = prompt.tolist()
     figures = []
-    for batch in CANDIDATES[scale]:
-        _timed_request(denoiser, prompt, batch, steps, config.canvas_length)  # captures this batch's graph
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)
-        runs = [_timed_request(denoiser, prompt, batch, steps, config.canvas_length) for _ in range(repeats)]
-        # One step only: its interval includes the prompt work, the best there is.
-        step_ms = statistics.median([ms for _, deltas in runs for ms in deltas] or [first for first, _ in runs])
-        figures.append(StepFigure(
-            mode=mode, candidates=batch, steps=steps, ms_per_step=step_ms, floor_ms=floor_ms,
-            # the first draft's interval also holds the prompt work: the canvas counts one median step for it
-            floor_ratio=step_ms / floor_ms, ms_per_canvas=statistics.median(sum(d) for _, d in runs) + step_ms,
-            first_draft_ms=statistics.median(first for first, _ in runs),
-            peak_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
-            weight_bytes=weight_bytes,
-        ))  # fmt: skip
-        if log:
-            f = figures[-1]
-            log(f"{mode} x{batch}: {f.ms_per_step:.2f} ms/step ({f.floor_ratio:.2f}x floor), "
-                f"{f.ms_per_canvas:.1f} ms/canvas, first draft {f.first_draft_ms:.1f} ms")  # fmt: skip
-    denoiser.clear()
-    del model, denoiser
+    for fused in fused_settings:
+        denoiser = CompiledDenoiser(model, capture=device.type == "cuda", eos_ids=set(), pad_id=0, fused=fused)
+        for batch in CANDIDATES[scale]:
+            _timed_request(denoiser, prompt, batch, steps, config.canvas_length)  # captures this batch's graph
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            runs = [_timed_request(denoiser, prompt, batch, steps, config.canvas_length) for _ in range(repeats)]
+            # One step only: its interval includes the prompt work, the best there is.
+            step_ms = statistics.median([ms for _, deltas in runs for ms in deltas] or [first for first, _ in runs])
+            figures.append(StepFigure(
+                mode=mode, fused=denoiser.fused is not None, candidates=batch, steps=steps, ms_per_step=step_ms,
+                floor_ms=floor_ms,
+                # the first draft's interval also holds the prompt work: the canvas counts one median step for it
+                floor_ratio=step_ms / floor_ms, ms_per_canvas=statistics.median(sum(d) for _, d in runs) + step_ms,
+                first_draft_ms=statistics.median(first for first, _ in runs),
+                peak_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
+                weight_bytes=weight_bytes,
+            ))  # fmt: skip
+            if log:
+                f = figures[-1]
+                log(f"{mode} {'fused' if f.fused else 'unfused'} x{batch}: {f.ms_per_step:.2f} ms/step "
+                    f"({f.floor_ratio:.2f}x floor), {f.ms_per_canvas:.1f} ms/canvas, first draft {f.first_draft_ms:.1f} ms")  # fmt: skip
+        denoiser.clear()
+        del denoiser
+        _free(device)
+    del model
     _free(device)
     return figures
 
 
-def run_benchmark(scale: str, device_name: str, modes, *, steps: int, repeats: int, log=None) -> StepReport:
+def run_benchmark(scale: str, device_name: str, modes, *, steps: int, repeats: int, log=None,
+                  fused_settings: tuple[bool | None, ...] = (None,)) -> StepReport:  # fmt: skip
     import os
 
     import torch
@@ -132,7 +143,8 @@ def run_benchmark(scale: str, device_name: str, modes, *, steps: int, repeats: i
     config = diffusion_config(SCALES[scale])
     figures = []
     for mode in modes:
-        figures += measure_mode(config, mode, scale, device, dtype, steps=steps, repeats=repeats, log=log)
+        figures += measure_mode(config, mode, scale, device, dtype, steps=steps, repeats=repeats, log=log,
+                                fused_settings=fused_settings)  # fmt: skip
     return StepReport(
         scale=scale, device=str(device), prompt_tokens=PROMPT_TOKENS[scale], canvas_length=config.canvas_length,
         figures=figures, vllm_ms_per_canvas=VLLM_MS_PER_CANVAS,
@@ -146,11 +158,11 @@ def format_table(report: StepReport) -> str:
     lines = [
         f"denoising step (CUDA graphs + fused kernels), {report.scale} scale on {report.device}, "
         f"prompt {report.prompt_tokens}, canvas {report.canvas_length}, vLLM FP8 {report.vllm_ms_per_canvas} ms/canvas",
-        f"{'mode':<5} {'cand':>4} {'ms/step':>8} {'floor':>7} {'ratio':>6} {'ms/canvas':>9} {'1st draft':>9} {'peak':>9}",
+        f"{'mode':<5} {'fused':>5} {'cand':>4} {'ms/step':>8} {'floor':>7} {'ratio':>6} {'ms/canvas':>9} {'1st draft':>9} {'peak':>9}",
     ]
     for f in report.figures:
         peak = "-" if f.peak_bytes is None else f"{f.peak_bytes / 1e9:.2f} GB"
-        lines.append(f"{f.mode:<5} {f.candidates:>4} {f.ms_per_step:>8.2f} {f.floor_ms:>7.2f} {f.floor_ratio:>6.2f} "
+        lines.append(f"{f.mode:<5} {'on' if f.fused else 'off':>5} {f.candidates:>4} {f.ms_per_step:>8.2f} {f.floor_ms:>7.2f} {f.floor_ratio:>6.2f} "
                      f"{f.ms_per_canvas:>9.1f} {f.first_draft_ms:>9.1f} {peak:>9}")  # fmt: skip
     return "\n".join(lines)
 
@@ -161,6 +173,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
     parser.add_argument("--steps", type=int, default=16, help="fixed denoising steps per canvas")
     parser.add_argument("--repeats", type=int, default=3, help="timed requests per figure (median)")
+    parser.add_argument("--fused", default="auto",
+                        help="comma-separated from auto,on,off: the decoder's fused kernels; on,off measures both (A/B)")  # fmt: skip
 
 
 def run(args) -> int:
@@ -170,11 +184,17 @@ def run(args) -> int:
     if not modes or any(m not in MODES for m in modes):
         say(f"dgemma-lsp bench step: --modes must be a subset of {','.join(MODES)}, got {args.modes!r}")
         return 2
+    settings = {"auto": None, "on": True, "off": False}
+    fused = [f.strip() for f in getattr(args, "fused", "auto").split(",") if f.strip()]
+    if not fused or any(f not in settings for f in fused):
+        say(f"dgemma-lsp bench step: --fused takes auto, on and off, got {args.fused!r}")
+        return 2
     device = getattr(args, "device", None) or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.scale == FULL.name and not device.startswith("cuda"):
         say("dgemma-lsp bench step: the full-size model needs a CUDA GPU (`--scale tiny` runs the code on CPU)")
         return 2
-    report = run_benchmark(args.scale, device, modes, steps=args.steps, repeats=args.repeats, log=say)
+    report = run_benchmark(args.scale, device, modes, steps=args.steps, repeats=args.repeats, log=say,
+                           fused_settings=tuple(settings[f] for f in fused))  # fmt: skip
     write_report(report, getattr(args, "json", False), format_table)
     return 0
 

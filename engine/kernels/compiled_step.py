@@ -16,14 +16,19 @@ logits with ~20 passes and syncs the host every step (`.cpu()`, `torch.all`).
 Here one graph replay is the whole step: decoder forward, lm_head, and the
 fused sampler (softcap, temperature, Gumbel-max sample, argmax, entropy,
 confidence, acceptance, renoising, early-stop state) — no fp32 copy of the
-logits and no host sync inside a step. Without CUDA (`capture=False`) the
-same step runs eagerly, which is how the CPU tests exercise it (the fused
-sampler then needs TRITON_INTERPRET=1).
+logits and no host sync inside a step. The decoder forward is `fused_decoder`'s
+(norms, rotary, cache append and router in fused kernels: ~21 kernels a layer
+instead of ~150) wherever the model allows it; `fused=False` keeps
+transformers' decoder (the A/B baseline, `bench step --fused on,off`).
+Without CUDA (`capture=False`) the same step runs eagerly, which is how the
+CPU tests exercise it (the fused kernels then need TRITON_INTERPRET=1).
 
-Status: written and CPU-tested in eager mode (restore equivalence, the loop
-against transformers' generate); the capture itself has not yet run on a GPU.
-A failure in capture or in a compiled request makes the runtime fall back to
-`generate` for good (denoising.py), so `auto` cannot take the product down.
+Status: CPU-tested in eager mode (restore equivalence, the loop against
+transformers' generate, fused and not); captured and timed on an H200 with
+transformers' decoder (bench/RESULTS.md); the fused decoder has not yet run on a GPU.
+A failure to capture the fused step at load retries with transformers' decoder;
+a failure in capture or in a compiled request then makes the runtime fall back
+to `generate` for good (denoising.py), so `auto` cannot take the product down.
 """
 
 from __future__ import annotations
@@ -210,6 +215,7 @@ class _StepBuffers:
     entropy_bound: torch.Tensor  # [] fp32
     confidence_threshold: torch.Tensor  # [] fp32; early stop when the mean entropy is below it
     masks: dict  # the decoder's attention masks (tensors copied in per canvas)
+    rotary: dict  # layer type -> (cos, sin) [L, D] of the canvas positions (fused decoder; set per canvas)
     argmax: torch.Tensor  # out [B, L] int64: the draft
     confidence: torch.Tensor  # out [B, L] fp32
     finished: torch.Tensor  # [B] bool: stable and confident (early stop), sticky within a canvas
@@ -229,9 +235,17 @@ class DenoiseOutput:
 class CompiledDenoiser:
     """Denoising steps as graph replays (or eager calls of the same step without CUDA)."""
 
-    def __init__(self, model, *, capture: bool, eos_ids: set[int], pad_id: int) -> None:
+    def __init__(self, model, *, capture: bool, eos_ids: set[int], pad_id: int, fused: bool | None = None) -> None:
+        """`fused`: the decoder's non-expert work and the step's tail in fused kernels (`fused_decoder`);
+        None: wherever the model allows it; False: transformers' decoder and torch ops (the A/B baseline)."""
+        from .fused_decoder import FusedDecoder, unsupported
+
         self.model = model
         self.capture = capture
+        reason = unsupported(model)
+        if fused and reason is not None:
+            raise ModelLoadError(f"the fused decoder cannot run this model: {reason}")
+        self.fused = FusedDecoder(model) if (fused is None and reason is None) or fused else None
         self.eos_ids = eos_ids
         self.pad_id = pad_id
         self.device = model.device
@@ -376,6 +390,11 @@ class CompiledDenoiser:
             entropy_bound=torch.zeros((), dtype=torch.float32, device=device),
             confidence_threshold=torch.zeros((), dtype=torch.float32, device=device),
             masks={name: (m.clone() if isinstance(m, torch.Tensor) else m) for name, m in masks.items()},
+            rotary=(
+                {name: (cos.clone(), sin.clone()) for name, (cos, sin) in
+                 self.fused.rotary(torch.zeros((1, length), dtype=torch.int32, device=device), dtype).items()}
+                if self.fused is not None else {}
+            ),  # fmt: skip
             argmax=torch.full((batch, length), -1, dtype=torch.int64, device=device),
             confidence=torch.zeros((batch, length), dtype=torch.float32, device=device),
             finished=torch.zeros((batch,), dtype=torch.bool, device=device),
@@ -403,27 +422,37 @@ class CompiledDenoiser:
         for name, mask in self._masks(cache, buffers.canvas, batch).items():
             if isinstance(mask, torch.Tensor):
                 buffers.masks[name].copy_(mask)
+        if self.fused is not None:
+            dtype = self.model.model.decoder.embed_tokens.weight.dtype
+            for name, (cos, sin) in self.fused.rotary(buffers.positions, dtype).items():
+                buffers.rotary[name][0].copy_(cos)
+                buffers.rotary[name][1].copy_(sin)
 
     def _eager_step(self, buffers: _StepBuffers, cache: StaticCache) -> Callable[[], None]:
-        from .fused_sampler import sample_logits
+        from .fused_sampler import accept_and_update, sample_logits
 
         model = self.model
         assert isinstance(model.lm_head, torch.nn.Linear) and model.lm_head.bias is None, "lm_head is a plain linear"
         lm_head = model.lm_head.weight  # [V, H], tied to the embeddings and never quantized
 
         decoder = model.model.decoder
+        fused = self.fused
 
         def step() -> None:
-            # Last step's logits to soft embeddings here rather than in transformers' decoder (the same
-            # values, a fraction of its memory: `soft_embeddings`), handed to its self-conditioning block.
-            signal = soft_embeddings(decoder, buffers.self_conditioning, buffers.self_conditioning_on)
-            with self_conditioning_signal(decoder, signal):
-                hidden = decoder(
-                    decoder_input_ids=buffers.canvas,
-                    decoder_attention_mask=buffers.masks or None,
-                    **with_cache(cache),
-                    decoder_position_ids=buffers.positions,
-                ).last_hidden_state
+            if fused is not None:
+                hidden = fused.forward(buffers.canvas, buffers.self_conditioning, buffers.self_conditioning_on,
+                                       cache, buffers.masks, buffers.rotary)  # fmt: skip
+            else:
+                # Last step's logits to soft embeddings here rather than in transformers' decoder (the same
+                # values, a fraction of its memory: `soft_embeddings`), handed to its self-conditioning block.
+                signal = soft_embeddings(decoder, buffers.self_conditioning, buffers.self_conditioning_on)
+                with self_conditioning_signal(decoder, signal):
+                    hidden = decoder(
+                        decoder_input_ids=buffers.canvas,
+                        decoder_attention_mask=buffers.masks or None,
+                        **with_cache(cache),
+                        decoder_position_ids=buffers.positions,
+                    ).last_hidden_state
             # The logits go straight into the self-conditioning buffer (the decoder has read last step's
             # already) and the sampler rewrites them there, scaled: no second [B, L, V] tensor (0.5 GB
             # in bf16 at 4 candidates). The softcap happens in the sampler.
@@ -433,6 +462,13 @@ class CompiledDenoiser:
                 buffers.self_conditioning, buffers.inv_temperature, buffers.seed,
                 scaled_out=buffers.self_conditioning, softcap=self.softcap,
             )  # fmt: skip
+            if fused is not None:
+                accept_and_update(
+                    sampled, canvas=buffers.canvas, draft=buffers.argmax, confidence=buffers.confidence,
+                    finished=buffers.finished, entropy_bound=buffers.entropy_bound,
+                    confidence_threshold=buffers.confidence_threshold, seed=buffers.seed, vocab=self.vocab,
+                )  # fmt: skip
+                return
             frozen = buffers.finished[:, None]  # finished rows keep their canvas, as in transformers
             sorted_entropy, order = torch.sort(sampled.entropy, dim=-1)
             selected = torch.cumsum(sorted_entropy, dim=-1) - sorted_entropy <= buffers.entropy_bound

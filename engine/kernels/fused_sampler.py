@@ -107,6 +107,61 @@ def sample_logits_kernel(
     tl.store(confidence_ptr + row, 1.0 / raw_sum)  # exp(max - logsumexp) = 1 / sum exp(x - max)
 
 
+@triton.jit
+def accept_update_kernel(
+    sample_ptr,  # [B, L] int64: this step's Gumbel-max sample
+    argmax_ptr,  # [B, L] int64: this step's argmax
+    entropy_ptr,  # [B, L] fp32
+    confidence_ptr,  # [B, L] fp32
+    canvas_ptr,  # in/out [B, L] int64: the canvas, replaced by the next one
+    draft_ptr,  # in/out [B, L] int64: the last draft (argmax), replaced by this step's
+    kept_confidence_ptr,  # in/out [B, L] fp32
+    finished_ptr,  # in/out [B] bool: sticky within a canvas; a finished row keeps everything
+    entropy_bound_ptr,  # [] fp32
+    threshold_ptr,  # [] fp32: early stop when the mean entropy is below it
+    seed_ptr,  # [1] int64: the step's seed (the sampler's; the noise takes another stream of it)
+    length,
+    vocab,
+    BLOCK_L: tl.constexpr,
+    BLOCK_J: tl.constexpr,
+):
+    """EntropyBoundSampler's acceptance and renoising and the step's bookkeeping, one row per program.
+
+    A position is accepted when the entropies ranked below it (ties: the lower position first) sum to
+    at most the bound: `cumsum(sorted) - sorted <= bound` without a sort. The others get a uniform
+    token. A row whose draft did not change and whose mean entropy is under the threshold finishes.
+    """
+    row = tl.program_id(0).to(tl.int64)
+    positions = tl.arange(0, BLOCK_L)
+    valid = positions < length
+    offsets = row * length + positions
+    entropy = tl.load(entropy_ptr + offsets, mask=valid, other=float("inf"))
+    before = tl.zeros([BLOCK_L], dtype=tl.float32)
+    for start in range(0, length, BLOCK_J):
+        others = start + tl.arange(0, BLOCK_J)
+        other = tl.load(entropy_ptr + row * length + others, mask=others < length, other=float("inf"))
+        ranked_lower = (other[None, :] < entropy[:, None]) | (
+            (other[None, :] == entropy[:, None]) & (others[None, :] < positions[:, None])
+        )
+        before += tl.sum(tl.where(ranked_lower & (others < length)[None, :], other[None, :], 0.0), 1)
+    accepted = before <= tl.load(entropy_bound_ptr)
+    seed = tl.load(seed_ptr)
+    noise = (tl.randint(seed + 1, offsets).to(tl.int64) & 0xFFFFFFFF) % vocab
+    sample = tl.load(sample_ptr + offsets, mask=valid, other=0)
+    following = tl.where(accepted, sample, noise)
+    argmax = tl.load(argmax_ptr + offsets, mask=valid, other=0)
+    draft = tl.load(draft_ptr + offsets, mask=valid, other=0)
+    stable = tl.sum(tl.where(valid & (argmax != draft), 1, 0), 0) == 0
+    mean_entropy = tl.div_rn(tl.sum(tl.where(valid, entropy, 0.0), 0), tl.full([], length, tl.float32))
+    confident = mean_entropy < tl.load(threshold_ptr)
+    finished = tl.load(finished_ptr + row) != 0
+    if not finished:
+        tl.store(canvas_ptr + offsets, following, mask=valid)
+        tl.store(draft_ptr + offsets, argmax, mask=valid)
+        tl.store(kept_confidence_ptr + offsets, tl.load(confidence_ptr + offsets, mask=valid, other=0.0), mask=valid)
+        tl.store(finished_ptr + row, (stable & confident).to(tl.int1))
+
+
 @dataclasses.dataclass(frozen=True)
 class SampledLogits:
     """What one pass over `[B, L, V]` logits yields; every tensor `[B, L]` except `scaled`."""
@@ -201,3 +256,39 @@ def accept_and_renoise(
     accepted = torch.zeros_like(selected).scatter(-1, order, selected)
     noise = torch.randint(0, vocab, current.shape, device=current.device)
     return torch.where(accepted, sampled.sample, noise), accepted
+
+
+def accept_and_update(
+    sampled: SampledLogits, *, canvas: torch.Tensor, draft: torch.Tensor, confidence: torch.Tensor,
+    finished: torch.Tensor, entropy_bound: torch.Tensor, confidence_threshold: torch.Tensor, seed: torch.Tensor,
+    vocab: int,
+) -> None:  # fmt: skip
+    """One launch for what follows the sampler in a step, in place on the step's `[B, L]` buffers:
+    `accept_and_renoise` (the next canvas), the draft and its confidences, and the sticky early-stop
+    flag (`finished` `[B]`: draft unchanged and mean entropy under the threshold). Rows already
+    finished keep everything, as transformers' sampler leaves finished rows alone."""
+    torch.ops.dgemma.accept_update(sampled.sample, sampled.argmax, sampled.entropy, sampled.confidence, canvas,
+                                   draft, confidence, finished, entropy_bound, confidence_threshold, seed, vocab)  # fmt: skip
+
+
+@torch.library.custom_op(
+    "dgemma::accept_update", mutates_args=("canvas", "draft", "kept_confidence", "finished")
+)
+def _accept_update_op(
+    sample: torch.Tensor, argmax: torch.Tensor, entropy: torch.Tensor, confidence: torch.Tensor,
+    canvas: torch.Tensor, draft: torch.Tensor, kept_confidence: torch.Tensor, finished: torch.Tensor,
+    entropy_bound: torch.Tensor, threshold: torch.Tensor, seed: torch.Tensor, vocab: int,
+) -> None:  # fmt: skip
+    batch, length = canvas.shape
+    for tensor in (sample, argmax, entropy, confidence, canvas, draft, kept_confidence):
+        assert tensor.is_contiguous() and tensor.shape == (batch, length), "[B, L] buffers, contiguous"
+    accept_update_kernel[(batch,)](
+        sample, argmax, entropy, confidence, canvas, draft, kept_confidence, finished, entropy_bound, threshold,
+        seed, length, vocab, BLOCK_L=triton.next_power_of_2(length), BLOCK_J=32,
+    )  # fmt: skip
+
+
+@_accept_update_op.register_fake
+def _(sample, argmax, entropy, confidence, canvas, draft, kept_confidence, finished, entropy_bound, threshold, seed,
+      vocab):  # fmt: skip
+    return None

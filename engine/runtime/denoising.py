@@ -157,12 +157,22 @@ class DenoisingRuntime:
         )
         runtime = cls(model, tokenizer, device)
         if compile_enabled(compile or os.environ.get(COMPILE_ENV, "auto"), runtime.device):
-            runtime.compiled = CompiledDenoiser(model, capture=True, eos_ids=runtime.eos_ids, pad_id=runtime.pad_id)
-            try:  # capture while the engine says "loading", not in the user's first request
-                runtime.compiled.warm_up()
-            except Exception:
-                log.exception("capturing the denoising step failed; transformers' generate serves instead")
-                runtime.compiled = None
+            # The fused decoder kernels first; if they fail on this card, the step with transformers' decoder.
+            for fused in (None, False):
+                runtime.compiled = CompiledDenoiser(model, capture=True, eos_ids=runtime.eos_ids,
+                                                    pad_id=runtime.pad_id, fused=fused)  # fmt: skip
+                try:  # capture while the engine says "loading", not in the user's first request
+                    runtime.compiled.warm_up()
+                    break
+                except Exception:
+                    unfused = runtime.compiled.fused is None
+                    log.exception("capturing the denoising step (fused decoder: %s) failed", not unfused)
+                    runtime.compiled.clear()
+                    runtime.compiled = None
+                    if unfused:
+                        break
+            if runtime.compiled is None:
+                log.warning("no captured denoising step; transformers' generate serves instead")
         return runtime
 
     def set_prompt_cache_budget(self, max_bytes: int | None) -> None:

@@ -37,10 +37,13 @@ def test_the_kernel_check_passes_every_product_variant_against_its_references():
 
 
 def test_the_step_profile_times_the_step_and_names_the_operators():
-    out = _run("profile_step.py", "int4", "--scale", "tiny")
-    assert re.search(r"int4 capture=False: median step [\d.]+ ms", out), out
+    out = _run("profile_step.py", "int4", "--scale", "tiny", "--fused", "on")  # each interpreted step is slow
+    assert re.search(r"int4 fused=True capture=False: median step [\d.]+ ms", out), out
+    assert "device kernels per step (profiler, 2 - 1 steps) 0" in out  # none on a CPU: the count is the GPU's
     assert "top operators by self_cpu_time_total" in out
     assert "dgemma::sample_logits" in out  # the fused sampler: the product's path, not a stand-in
+    assert "dgemma::post_attention" in out  # the fused decoder's norms, with fused=True
+    assert re.search(r"fused vs transformers' decoder: max \|diff\| \S+ .*argmax agreement 100.0%", out), out
 
 
 def test_the_expert_kernels_build_for_every_target_card_without_spills():

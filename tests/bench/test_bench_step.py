@@ -17,6 +17,12 @@ def test_bench_step_reports_every_figure_at_tiny_scale():
     assert figure.floor_ms > 0 and figure.weight_bytes > 0 and figure.peak_bytes is None
 
 
+def test_bench_step_measures_the_fused_decoder_and_transformers_decoder_for_an_a_b():
+    report = step_gpu.run_benchmark("tiny", "cpu", ["int4"], steps=1, repeats=1, fused_settings=(True, False))
+    assert [(f.mode, f.fused) for f in report.figures] == [("int4", True), ("int4", False)]
+    assert all(f.ms_per_step > 0 for f in report.figures)
+
+
 def test_bench_step_full_scale_refuses_without_cuda():
     import argparse
 

@@ -46,14 +46,50 @@ def test_every_virtual_gpu_and_mode_runs_without_mismatch_or_sync_inside_a_step(
     assert tiny_report.failures == []
 
 
-def test_quantized_modes_launch_the_fused_kernels_and_none_launches_only_the_sampler(tiny_report):
+def test_quantized_modes_launch_the_fused_kernels_and_none_launches_only_the_step_kernels(tiny_report):
     layers = TINY.text_overrides["num_hidden_layers"]
+    # The fused decoder's own launches (fused_layer, fused_sampler): per layer attention's inputs, the
+    # two norm launches, GELU x up and the router's top-k; per step the self-conditioning softmax, its
+    # norm, its GELU x up, the input, the sampler and the acceptance.
+    step_kernels = 5 * layers + 6
     for run in tiny_report.runs:
         if run.mode == "none":
-            assert run.custom_kernel_launches_per_step == 1, run  # the fused sampler
+            assert run.custom_kernel_launches_per_step == step_kernels, run
         else:
-            # per layer: 3 for the experts (routing, gate_up, down) + the quantized linears; + the sampler
-            assert run.custom_kernel_launches_per_step > 3 * layers + 1, run
+            # + per layer 3 for the experts (routing, gate_up, down) + the quantized linears
+            assert run.custom_kernel_launches_per_step > step_kernels + 3 * layers, run
+
+
+def test_device_kernels_per_step_are_the_count_derived_by_hand_for_the_tiny_int4_step(tiny_report):
+    """The tiny architecture (6 layers: 5 sliding, the last full, whose v is its k) in int4, fused.
+
+    Per sliding layer 21 kernels: q, k, v projections (3 dequant-GEMMs), attention's inputs (head norms,
+    rotary, the cache and the canvas in one buffer), attention (SDPA, one fused kernel), o_proj, the post-attention norms,
+    gate and up (2), GELU x up, down, the router's projection (an unquantized mm) and its top-k, the
+    experts (a stable argsort: 3 kernels, the routing alignment, gate_up, down, the cast back: 7), the
+    post-feed-forward norms. A full-attention layer: 20 (no v projection). Per step 8 before the layers
+    (softmax, the soft embeddings' mm, their norm, gate, up, GELU x up, down, the input) and 3 after
+    (lm_head's mm, the sampler, the acceptance). Views, allocations and the SDPA output's reshape
+    (a view of the fused kernel's layout) launch nothing."""
+    expected = 8 + 5 * 21 + 20 + 3
+    runs = [run for run in tiny_report.runs if run.mode == "int4"]
+    assert runs
+    for run in runs:
+        assert run.device_kernels_per_step == expected, run.device_kernels_by_op
+        assert run.device_kernels_by_op["sdpa (fused)"] == TINY.text_overrides["num_hidden_layers"]
+
+
+def test_the_fused_step_launches_a_fraction_of_the_kernels_of_transformers_decoder():
+    unfused, fused = (
+        dryrun.run_dryrun(gpus=(dryrun.GPUS[2],), modes=("int4",), prompts=(160,), candidates=(1,),
+                          config=diffusion_config(TINY), fused=setting).runs[0]
+        for setting in (False, True)
+    )  # fmt: skip
+    assert unfused.error is None and fused.error is None
+    assert fused.device_kernels_per_step * 4 < unfused.device_kernels_per_step, (fused, unfused)
+    # transformers' norms run in fp32 with casts around them: the unfused step is mostly casts and copies.
+    assert unfused.device_kernels_by_op["aten::_to_copy"] > fused.device_kernels_per_step
+    assert "aten::_to_copy" not in fused.device_kernels_by_op or fused.device_kernels_by_op["aten::_to_copy"] <= 6
 
 
 def test_peak_holds_the_weights_plus_the_requests_cache_and_grows_with_candidates(tiny_report):

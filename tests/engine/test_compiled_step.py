@@ -5,7 +5,8 @@ reused (dirty) StaticCache gives the decoder exactly the logits of a fresh
 prefill, below and beyond the sliding window and for 2 candidates; the
 step loop (run eagerly here; CUDA graphs replay the same step) gives the
 drafts of transformers' own `generate` when both are deterministic (near-zero
-temperature, every token accepted, the same starting canvas); the step's
+temperature, every token accepted, the same starting canvas), with the fused
+decoder kernels and with transformers' decoder; the step's
 self-conditioning signal, its softmax a slice of rows at a time, gives the
 decoder bit for bit what transformers' own gives it; `--compile`
 resolves to on only for CUDA and refuses `on` without it.
@@ -98,7 +99,8 @@ class _Drafts(BaseStreamer):
         pass
 
 
-def test_step_loop_gives_the_drafts_of_transformers_generate_when_deterministic(model):
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "transformers-decoder"])
+def test_step_loop_gives_the_drafts_of_transformers_generate_when_deterministic(model, fused):
     prompt = _ids(20, 4)
     start = torch.randint(0, 1024, (1, 32), generator=torch.Generator().manual_seed(5))
     steps, t_min, t_max, bound = 3, 1e-7, 2e-7, 1e6  # logit gaps / T >> 1: argmax sampling; all accepted
@@ -111,7 +113,8 @@ def test_step_loop_gives_the_drafts_of_transformers_generate_when_deterministic(
                        t_min=t_min, t_max=t_max, confidence_threshold=1e-9,
                        sampler_config=EntropyBoundSamplerConfig(entropy_bound=bound))  # fmt: skip
     ours: list[list[int]] = []
-    denoiser = CompiledDenoiser(model, capture=False, eos_ids={1}, pad_id=0)
+    denoiser = CompiledDenoiser(model, capture=False, eos_ids={1}, pad_id=0, fused=fused)
+    assert (denoiser.fused is not None) == fused
     output = denoiser.denoise(stable=prompt[:-1], tail=prompt[-1:], cache_key=None, batch=1, steps=steps,
                               max_tokens=32, entropy_bound=bound, t_min=t_min, t_max=t_max,
                               confidence_threshold=None, seed=0, start=start,
@@ -195,3 +198,34 @@ def test_a_cpu_install_without_triton_loads_and_runs_the_quantized_model():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
+
+
+def test_loading_serves_the_unfused_step_when_the_fused_one_fails_on_the_card(monkeypatch):
+    """A card where the fused decoder kernels fail to capture (a Triton compile error, say) still gets
+    CUDA-graph steps, with transformers' decoder; only when both fail does `generate` serve."""
+    from dgemma_lsp.engine.runtime import denoising
+
+    attempts: list[bool | None] = []
+
+    class Capturing:
+        def __init__(self, model, *, capture, eos_ids, pad_id, fused=None) -> None:
+            attempts.append(fused)
+            self.fused = "fused decoder" if fused is None else None
+
+        def warm_up(self) -> None:
+            if self.fused is not None or fail_unfused:
+                raise RuntimeError("the kernels do not compile on this card")
+
+        def clear(self) -> None:
+            pass
+
+    monkeypatch.setattr(denoising, "CompiledDenoiser", Capturing)
+    monkeypatch.setattr(denoising, "compile_enabled", lambda mode, device: True)
+    fail_unfused = False
+    runtime = denoising.DenoisingRuntime.load("tiny-random")
+    assert attempts == [None, False]
+    assert runtime.compiled is not None and runtime.compiled.fused is None
+    attempts.clear()
+    fail_unfused = True
+    assert denoising.DenoisingRuntime.load("tiny-random").compiled is None
+    assert attempts == [None, False]

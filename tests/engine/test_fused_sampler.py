@@ -23,7 +23,13 @@ from transformers.models.diffusion_gemma.generation_diffusion_gemma import (  # 
     LinearTemperatureScheduleLogitsProcessor,
 )
 
-from dgemma_lsp.engine.kernels.fused_sampler import accept_and_renoise, sample_logits, temperature  # noqa: E402
+from dgemma_lsp.engine.kernels.fused_sampler import (  # noqa: E402
+    SampledLogits,
+    accept_and_renoise,
+    accept_and_update,
+    sample_logits,
+    temperature,
+)
 
 
 def _device_scalars(inv_temperature: float, seed: int):
@@ -118,3 +124,36 @@ def test_scaling_in_place_over_the_logits_gives_what_a_separate_output_gets():
     assert torch.equal(in_place, scaled)
     for name in ("sample", "argmax", "entropy", "confidence"):
         assert torch.equal(getattr(together, name), getattr(apart, name)), name
+
+
+def test_fused_acceptance_and_bookkeeping_do_what_the_torch_tail_does():
+    batch, length, vocab = 4, 40, 64  # 40: not a power of two, not a multiple of the kernel's block
+    generator = torch.Generator().manual_seed(21)
+    entropy = torch.rand((batch, length), generator=generator) * 0.2
+    entropy[1:3] = 0.001  # confident rows (row 1's draft moves, so only row 2 finishes)
+    argmax = torch.randint(0, vocab, (batch, length), generator=generator)
+    sampled = SampledLogits(
+        sample=vocab + torch.arange(length).expand(batch, length).contiguous(),  # out of vocabulary: shows acceptance
+        argmax=argmax, entropy=entropy, confidence=torch.rand((batch, length), generator=generator), scaled=None,
+    )  # fmt: skip
+    canvas = torch.randint(0, vocab, (batch, length), generator=generator)
+    draft = argmax.clone()
+    draft[1, 3] = (draft[1, 3] + 1) % vocab  # row 1's draft changed this step
+    confidence = torch.zeros((batch, length))
+    finished = torch.tensor([False, False, False, True])  # row 3 finished earlier
+    before = (canvas.clone(), draft.clone(), confidence.clone())
+    bound = torch.tensor(0.5)
+    accept_and_update(sampled, canvas=canvas, draft=draft, confidence=confidence, finished=finished,
+                      entropy_bound=bound, confidence_threshold=torch.tensor(0.01), seed=torch.tensor([5]),
+                      vocab=vocab)  # fmt: skip
+    _, accepted = accept_and_renoise(before[0], sampled, 0.5, vocab)
+    live = slice(0, 3)
+    assert torch.equal(canvas[live] >= vocab, accepted[live]), "the same positions accepted"
+    assert torch.equal(canvas[live][accepted[live]], sampled.sample[live][accepted[live]])
+    renoised = canvas[live][~accepted[live]]
+    assert renoised.numel() > 0 and bool(((renoised >= 0) & (renoised < vocab)).all())
+    assert torch.equal(draft[live], argmax[live]) and torch.equal(confidence[live], sampled.confidence[live])
+    assert torch.equal(canvas[3], before[0][3]) and torch.equal(draft[3], before[1][3]), "a finished row is kept"
+    assert torch.equal(confidence[3], before[2][3])
+    # row 0: stable, not confident; row 1: confident, its draft moved; row 2: stable and confident
+    assert finished.tolist() == [False, False, True, True]

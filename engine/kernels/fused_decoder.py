@@ -1,0 +1,154 @@
+"""The DiffusionGemma decoder's forward for one denoising step, with the non-expert work in fused kernels.
+
+Owns the order of a step's decoder work when `compiled_step` runs it fused: the self-conditioning
+signal, the canvas embedding, then per layer the projections (the model's own linear modules,
+quantized or not), the head norms and rotary embedding, attention over the static cache plus the
+canvas, the dense MLP, the router and the experts (the model's own experts module), with the norms,
+residual adds and layer scalars between them in `fused_layer` kernels. Knows transformers'
+DiffusionGemma layer structure (5.24) and its StaticCache layout; knows nothing of requests or graphs.
+
+A layer is then: 3 (2 on full-attention layers) q/k/v projections, one launch for the head norms,
+the rotary embedding and the key/value buffer, attention, o_proj, one post-attention norm launch,
+gate / up / GELU x up / down, the router projection and its top-k, the experts' own launches, one
+post-feed-forward norm launch: 14 + the experts' (13 on full-attention layers), against ~150
+kernels of transformers' eager layer (`make dryrun`'s deviceKernelsPerStep counts them per step).
+
+What stays transformers': every weight and module (so quantization and the experts' kernels are
+whatever the model holds), the attention mask (`create_diffusion_decoder_attention_mask`, built per
+canvas) and the rotary tables (`rotary_emb`, per canvas). Where the model differs from what this
+forward implements (`unsupported`), the step keeps transformers' decoder.
+
+Why hand-placed Triton kernels rather than `torch.compile` of the layer inside the captured graph:
+nothing of inductor's CUDA output can be shown without a GPU (it compiles for the card it sees: on
+CPU it emits C++, under fake tensors it runs nothing), so neither its numerics nor its kernel count
+could be checked here, where a GPU comes for minutes; it adds compilation to each load, per
+(candidates, length bucket) shape; and `make dryrun`'s operator watcher would see a compiled region
+as one opaque call. Custom ops are one launch each to every one of those tools, run in Triton's
+interpreter in the tests, and a CUDA graph captures them like any kernel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import fused_layer
+
+
+def unsupported(model) -> str | None:
+    """Why this forward cannot run `model`'s decoder exactly, or None."""
+    config = model.config.get_text_config(decoder=True)
+    decoder = model.model.decoder
+    if config._attn_implementation != "sdpa":
+        return f"attention implementation {config._attn_implementation!r} (the fused forward calls SDPA)"
+    if getattr(config, "attention_bias", False):
+        return "attention projections with a bias"
+    if config.hidden_activation != "gelu_pytorch_tanh":
+        return f"activation {config.hidden_activation!r} (the kernel computes GELU-tanh)"
+    top_k = config.top_k_experts
+    if top_k & (top_k - 1):
+        return f"top_k {top_k} is not a power of two"
+    for layer in decoder.layers:
+        dim = layer.self_attn.head_dim
+        if dim & (dim - 1):
+            return f"head_dim {dim} is not a power of two"
+    return None
+
+
+class FusedDecoder:
+    """`forward` computes what `decoder(...)` + its final norm computes for a step, in fused launches."""
+
+    def __init__(self, model) -> None:
+        reason = unsupported(model)
+        assert reason is None, f"the fused decoder cannot run this model: {reason}"
+        self.decoder = model.model.decoder
+        self.config = model.config.get_text_config(decoder=True)
+        self.layer_types: list[str] = list(self.config.layer_types)
+        embed = self.decoder.embed_tokens
+        # transformers multiplies by `embed_scale.to(dtype)`: the scale as the embeddings' dtype holds it
+        # (sqrt(2816) = 53.07 is 53.0 in bf16). From the host float, so no device read.
+        self.embed_scale = float(torch.tensor(embed.scalar_embed_scale).to(embed.weight.dtype))
+        self.eps = float(self.config.rms_norm_eps)
+
+    def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer type, (cos, sin) `[L, D]` of `positions` `[1, L]` as transformers' rotary_emb gives them."""
+        probe = torch.empty(0, dtype=dtype, device=positions.device)
+        tables = {}
+        for layer_type in set(self.layer_types):
+            cos, sin = self.decoder.rotary_emb(probe, positions, layer_type)  # [1, L, D] each
+            tables[layer_type] = (cos[0], sin[0])
+        return tables
+
+    def forward(
+        self,
+        canvas: torch.Tensor,  # [B, L] int64
+        logits: torch.Tensor,  # [B, L, V]: the last step's tempered logits (self-conditioning)
+        self_conditioning_on: torch.Tensor,  # [B] bool
+        cache,  # StaticCache holding the prompt
+        masks: dict,  # layer type -> [B, 1, L, M + L] bool mask, or None
+        rotary: dict[str, tuple[torch.Tensor, torch.Tensor]],  # layer type -> (cos, sin) [L, D]
+    ) -> torch.Tensor:
+        """The decoder's last hidden state after its final norm, `[B * L, H]`."""
+        decoder = self.decoder
+        batch, length = canvas.shape
+        vocab = logits.shape[-1]
+        # Self-conditioning: softmax of the last logits (one launch, bf16 probabilities as transformers'
+        # `.softmax(dtype=float32).to(bf16)`), their product with the embeddings (transformers' GEMM), then
+        # the scale, the row mask and the block's pre-norm in one launch.
+        rows = logits.view(batch * length, vocab)  # [T, V]
+        probabilities = torch.empty_like(rows)
+        fused_layer.softmax_rows(rows, probabilities)
+        soft = torch.mm(probabilities, decoder.embed_tokens.weight)  # [T, H]
+        del probabilities  # [T, V]: 0.5 GB at 4 candidates, not to be held through the layers
+        block = decoder.self_conditioning
+        normed = fused_layer.signal_norm(soft, self_conditioning_on, block.pre_norm.weight, length,
+                                         self.embed_scale, self.eps)  # fmt: skip
+        signal = block.down_proj(fused_layer.gelu_mul(block.gate_proj(normed), block.up_proj(normed)))
+        hidden, layer_input = fused_layer.step_input(
+            canvas.view(-1), decoder.embed_tokens.weight, signal, decoder.layers[0].input_layernorm.weight,
+            self.embed_scale, self.eps,
+        )  # fmt: skip
+        layers = decoder.layers
+        for index, layer in enumerate(layers):
+            layer_type = self.layer_types[index]
+            attended = self._attention(layer.self_attn, layer_input, cache.layers[index], masks.get(layer_type),
+                                       rotary[layer_type], batch, length)  # fmt: skip
+            hidden, mlp_in, experts_in, router_in = fused_layer.post_attention(
+                attended, hidden, layer.post_attention_layernorm.weight, layer.pre_feedforward_layernorm.weight,
+                layer.pre_feedforward_layernorm_2.weight, layer.router.scale, self.eps, layer.router.scalar_root_size,
+            )  # fmt: skip
+            mlp = layer.mlp
+            dense = mlp.down_proj(fused_layer.gelu_mul(mlp.gate_proj(mlp_in), mlp.up_proj(mlp_in)))
+            weights, experts = fused_layer.route_top_k(layer.router.proj(router_in), layer.router.per_expert_scale,
+                                                       self.config.top_k_experts)  # fmt: skip
+            routed = layer.experts(experts_in, experts, weights)
+            following = layers[index + 1].input_layernorm if index + 1 < len(layers) else decoder.norm
+            hidden, layer_input = fused_layer.post_ffn(
+                dense, routed, hidden, layer.post_feedforward_layernorm_1.weight,
+                layer.post_feedforward_layernorm_2.weight, layer.post_feedforward_layernorm.weight,
+                layer.layer_scalar, following.weight, self.eps,
+            )  # fmt: skip
+        return layer_input  # the last layer's "next norm" is the decoder's final norm
+
+    def _attention(self, attention, x, cache_layer, mask, rotary, batch: int, length: int) -> torch.Tensor:
+        """transformers' DiffusionGemmaDecoderTextAttention on a StaticCache layer: `[T, H]` -> o_proj output."""
+        dim = attention.head_dim
+        query = attention.q_proj(x)  # [T, Hq * D]
+        key = attention.k_proj(x)  # [T, Hkv * D]
+        value = attention.v_proj(x) if attention.v_proj is not None else key  # full-attention layers: v = k
+        heads = query.shape[-1] // dim
+        # transformers' `append_to_cache` makes a new tensor of the cache, then the canvas at
+        # cumulative_length + [0, L), then zeros; here with the heads already repeated for grouped-query
+        # attention (what its SDPA path's `repeat_kv` copies again when a mask is given), with the head
+        # norms and the rotary embedding, in one launch.
+        cos, sin = rotary
+        queries, keys, values = fused_layer.attention_inputs(
+            query, key, value, attention.q_norm.weight, attention.k_norm.weight, cos, sin, cache_layer.keys,
+            cache_layer.values, cache_layer.cumulative_length, length, self.eps,
+        )  # fmt: skip
+        output = torch.nn.functional.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=mask, dropout_p=0.0, scale=attention.scaling,
+            is_causal=mask is None and attention.is_causal and length > 1,
+        )  # fmt: skip  # [B, Hq, L, D]
+        del queries, keys, values  # [B, Hq, M + L, D] each: 0.55 GB at 4 candidates and 8k tokens, not for o_proj
+        output = output.transpose(1, 2).reshape(batch * length, heads * dim)
+        return attention.o_proj(output)

@@ -1,0 +1,224 @@
+"""The fused decoder kernels (Triton interpreter on CPU) against transformers' DiffusionGemma modules.
+
+Proves, kernel by kernel: with fp32 activations each matches its fp32 reference (transformers'
+modules in fp32) to fp32 rounding; with bf16 activations the norm, rotary and copy kernels give
+transformers' bf16 tensors bit for bit (they round where transformers stores a tensor, to nearest
+even, which Triton's interpreter does not do for a plain cast); the router's top-k picks the same
+experts with the same weights; the whole fused decoder forward gives transformers' decoder output
+bit for bit in bf16, below and beyond the sliding window, for two candidates one of which has no
+self-conditioning yet.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported: their decorator reads it
+USES_TRITON_INTERPRETER = True  # tests/conftest.py keeps TRITON_INTERPRET for this module's tests
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from transformers.cache_utils import StaticCache  # noqa: E402
+from transformers.models.diffusion_gemma.modeling_diffusion_gemma import apply_rotary_pos_emb  # noqa: E402
+
+from dgemma_lsp.engine.kernels import fused_layer  # noqa: E402
+from dgemma_lsp.engine.kernels.compiled_step import bucket_for, self_conditioning_signal, soft_embeddings  # noqa: E402
+from dgemma_lsp.engine.kernels.fused_decoder import FusedDecoder, unsupported  # noqa: E402
+from dgemma_lsp.engine.model.cache_keyword import with_cache  # noqa: E402
+from dgemma_lsp.engine.model.tiny_model import build_tiny_model  # noqa: E402
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+def _model(dtype):
+    model = build_tiny_model().to(dtype).eval()
+    generator = torch.Generator().manual_seed(11)
+    with torch.no_grad():  # norms and scales away from their all-ones start, so a swapped weight shows
+        for name, parameter in model.named_parameters():
+            if "norm" in name or name.endswith("scale") or "layer_scalar" in name:
+                parameter.copy_(torch.rand(parameter.shape, generator=generator) * 2)
+        for name, buffer in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                buffer.copy_(torch.rand(buffer.shape, generator=generator) + 0.5)
+    return model
+
+
+def _rows(rows: int, width: int, seed: int, dtype, scale: float = 3.0) -> torch.Tensor:
+    return (torch.randn((rows, width), generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
+
+
+def _same(ours: torch.Tensor, theirs: torch.Tensor, dtype) -> None:
+    if dtype == torch.bfloat16:
+        assert torch.equal(ours, theirs), (ours.float() - theirs.float()).abs().max()
+    else:
+        torch.testing.assert_close(ours, theirs, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_post_attention_is_the_norm_the_residual_add_and_the_three_norms_after_it(dtype):
+    layer = _model(dtype).model.decoder.layers[0]
+    attn, residual = _rows(40, 64, 1, dtype), _rows(40, 64, 2, dtype)
+    with torch.no_grad():
+        hidden = residual + layer.post_attention_layernorm(attn)
+        router = layer.router
+        expected = (hidden, layer.pre_feedforward_layernorm(hidden), layer.pre_feedforward_layernorm_2(hidden),
+                    router.norm(hidden) * router.scale * router.scalar_root_size)  # fmt: skip
+        ours = fused_layer.post_attention(
+            attn, residual, layer.post_attention_layernorm.weight, layer.pre_feedforward_layernorm.weight,
+            layer.pre_feedforward_layernorm_2.weight, router.scale, layer.post_attention_layernorm.eps,
+            router.scalar_root_size,
+        )  # fmt: skip
+    for mine, theirs in zip(ours, expected, strict=True):
+        _same(mine, theirs, dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_post_ffn_is_both_branch_norms_their_sum_the_residual_the_layer_scalar_and_the_next_norm(dtype):
+    decoder = _model(dtype).model.decoder
+    layer, following = decoder.layers[0], decoder.layers[1].input_layernorm
+    dense, routed, residual = _rows(40, 64, 3, dtype), _rows(40, 64, 4, dtype, 0.5), _rows(40, 64, 5, dtype)
+    with torch.no_grad():
+        both = layer.post_feedforward_layernorm_1(dense) + layer.post_feedforward_layernorm_2(routed)
+        hidden = residual + layer.post_feedforward_layernorm(both)
+        hidden *= layer.layer_scalar
+        ours = fused_layer.post_ffn(
+            dense, routed, residual, layer.post_feedforward_layernorm_1.weight,
+            layer.post_feedforward_layernorm_2.weight, layer.post_feedforward_layernorm.weight,
+            layer.layer_scalar, following.weight, following.eps,
+        )  # fmt: skip
+    _same(ours[0], hidden, dtype)
+    _same(ours[1], following(hidden), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_the_step_input_is_transformers_embedding_plus_self_conditioning_and_its_norms(dtype):
+    decoder = _model(dtype).model.decoder
+    block, embed = decoder.self_conditioning, decoder.embed_tokens
+    ids = torch.randint(0, 1024, (2 * 20,), generator=torch.Generator().manual_seed(6))
+    soft = _rows(40, 64, 7, dtype, 0.2)  # softmax @ embeddings, before the scale
+    mask = torch.tensor([True, False])
+    scale = float(torch.tensor(embed.scalar_embed_scale).to(dtype))
+    eps = decoder.layers[0].input_layernorm.eps
+    with torch.no_grad():
+        signal = soft * embed.embed_scale.to(dtype)
+        signal = signal * mask.to(dtype).repeat_interleave(20)[:, None]
+        normed = fused_layer.signal_norm(soft, mask, block.pre_norm.weight, 20, scale, eps)
+        _same(normed, block.pre_norm(signal), dtype)
+        after_mlp = _rows(40, 64, 8, dtype)  # what the block's MLP made of it
+        state = block.post_norm(embed(ids) + after_mlp)
+        ours = fused_layer.step_input(ids, embed.weight, after_mlp, decoder.layers[0].input_layernorm.weight, scale, eps)
+    _same(ours[0], state, dtype)
+    _same(ours[1], decoder.layers[0].input_layernorm(state), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("prompt", [40, 90])  # 90: past the tiny model's 64-token sliding window
+def test_attention_inputs_are_transformers_head_norms_rotary_and_appended_cache(dtype, prompt):
+    model = _model(dtype)
+    decoder = model.model.decoder
+    batch, length = 2, 32
+    generator = torch.Generator().manual_seed(14)
+    with torch.no_grad():
+        cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=bucket_for(prompt + 32))
+        model.model.encoder(input_ids=torch.randint(4, 1000, (batch, prompt), generator=generator),
+                            **with_cache(cache))  # fmt: skip
+        positions = torch.arange(prompt, prompt + length)[None]
+        for index, layer in enumerate(decoder.layers):  # a sliding layer, then a full one (v is k's projection)
+            attention = layer.self_attn
+            layer_type = model.config.text_config.layer_types[index]
+            cos, sin = decoder.rotary_emb(torch.empty(0, dtype=dtype), positions, layer_type)  # [1, L, D]
+            x = _rows(batch * length, 64, 15 + index, dtype)
+            q, k = attention.q_proj(x), attention.k_proj(x)
+            v = attention.v_proj(x) if attention.v_proj is not None else k
+            shape = (batch, length, -1, attention.head_dim)
+            queries = apply_rotary_pos_emb(attention.q_norm(q.view(shape)), cos, sin, unsqueeze_dim=2).transpose(1, 2)
+            keys = apply_rotary_pos_emb(attention.k_norm(k.view(shape)), cos, sin, unsqueeze_dim=2).transpose(1, 2)
+            keys, values = attention.append_to_cache(cache, keys, attention.v_norm(v.view(shape)).transpose(1, 2))
+            repeat = queries.shape[1] // keys.shape[1]
+            cache_layer = cache.layers[index]
+            ours = fused_layer.attention_inputs(q, k, v, attention.q_norm.weight, attention.k_norm.weight, cos[0],
+                                                sin[0], cache_layer.keys, cache_layer.values,
+                                                cache_layer.cumulative_length, length, attention.q_norm.eps)  # fmt: skip
+            _same(ours[0], queries, dtype)
+            _same(ours[1], keys.repeat_interleave(repeat, dim=1), dtype)
+            _same(ours[2], values.repeat_interleave(repeat, dim=1), dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gelu_mul_is_the_mlps_activation_times_up(dtype):
+    mlp = _model(dtype).model.decoder.layers[0].mlp
+    gate, up = _rows(40, 128, 10, dtype), _rows(40, 128, 11, dtype, 1.0)
+    with torch.no_grad():
+        ours, theirs = fused_layer.gelu_mul(gate, up), mlp.act_fn(gate) * up
+    if dtype == torch.float32:
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
+    else:  # tanh through a sigmoid: an fp32 ulp apart, which moves a bf16 rounding now and then
+        assert (ours != theirs).float().mean() < 0.02
+        torch.testing.assert_close(ours, theirs, rtol=8e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_route_top_k_picks_transformers_experts_and_weights(dtype):
+    router = _model(dtype).model.decoder.layers[0].router
+    x = _rows(40, 64, 12, dtype)
+    with torch.no_grad():
+        _, weights, experts = router(x)
+        scores = router.proj(router.norm(x) * router.scale * router.scalar_root_size)
+        ours = fused_layer.route_top_k(scores, router.per_expert_scale, weights.shape[-1])
+    assert torch.equal(ours[1], experts)
+    torch.testing.assert_close(ours[0], weights, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_rows_is_the_fp32_softmax_in_the_outputs_dtype(dtype):
+    logits = _rows(6, 5000, 13, dtype, 8.0)  # more than one 4,096 block per row
+    out = torch.empty_like(logits)
+    fused_layer.softmax_rows(logits, out)
+    expected = logits.softmax(dim=-1, dtype=torch.float32).to(dtype)
+    if dtype == torch.float32:
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-9)
+    else:  # sums in another order: an fp32 ulp can move a bf16 rounding
+        assert (out != expected).float().mean() < 0.01
+        torch.testing.assert_close(out, expected, rtol=8e-3, atol=1e-9)
+
+
+@pytest.mark.parametrize("prompt", [40, 90])  # below and beyond the tiny model's 64-token sliding window
+def test_the_fused_decoder_gives_transformers_decoder_output_bit_for_bit_in_bf16(prompt):
+    model = build_tiny_model().to(torch.bfloat16).eval()  # as loaded: transformers' own initial norms
+    assert unsupported(model) is None
+    decoder = model.model.decoder
+    generator = torch.Generator().manual_seed(6)
+    batch = 2
+    canvas = torch.randint(4, 1000, (batch, 32), generator=generator)
+    logits = (torch.randn((batch, 32, 1024), generator=generator) * 8).to(torch.bfloat16)
+    mask = torch.tensor([True, False])  # the second candidate has no self-conditioning yet
+    with torch.no_grad():
+        cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=bucket_for(prompt + 32))
+        model.model.encoder(input_ids=torch.randint(4, 1000, (batch, prompt), generator=generator),
+                            **with_cache(cache))  # fmt: skip
+        masks = decoder.create_diffusion_decoder_attention_mask(
+            model.config, canvas.unsqueeze(-1), cache, torch.ones((batch, prompt + 32), dtype=torch.bool)
+        )
+        positions = torch.arange(prompt, prompt + 32, dtype=torch.int32)[None]
+        with self_conditioning_signal(decoder, soft_embeddings(decoder, logits, mask)):
+            expected = decoder(decoder_input_ids=canvas, **with_cache(cache), decoder_attention_mask=masks,
+                               decoder_position_ids=positions).last_hidden_state  # fmt: skip
+        fused = FusedDecoder(model)
+        ours = fused.forward(canvas, logits, mask, cache, dict(masks), fused.rotary(positions, torch.bfloat16))
+    assert torch.equal(ours.view(expected.shape), expected)
+
+
+def test_each_kernel_is_a_custom_op_whose_fake_matches_the_launch():
+    """opcheck: schemas name exactly what each launch writes, and the fakes give the launches' shapes."""
+    x, residual, weight = _rows(4, 32, 1, torch.float32), _rows(4, 32, 2, torch.float32), torch.ones(32)
+    ops = torch.ops.dgemma
+    torch.library.opcheck(ops.post_attention.default, (x, residual, weight, weight, weight, weight, 1e-6, 0.2))
+    torch.library.opcheck(ops.post_ffn.default, (x, x, residual, weight, weight, weight, torch.ones(1), weight, 1e-6))
+    torch.library.opcheck(ops.gelu_mul.default, (x, residual))
+    torch.library.opcheck(ops.route_top_k.default, (x, torch.ones(32), 4))
+    torch.library.opcheck(ops.softmax_rows.default, (x, torch.empty_like(x)))
+    keys = _rows(2 * 8, 16, 3, torch.float32).view(1, 2, 8, 16)  # cache [B, Hkv, M, D]; 4 tokens, 4 q heads
+    table = _rows(4, 16, 4, torch.float32)
+    q, kv = _rows(4, 64, 5, torch.float32), _rows(4, 32, 6, torch.float32)
+    torch.library.opcheck(ops.attention_inputs.default, (q, kv, kv, torch.ones(16), torch.ones(16), table, table, keys,
+                                                         keys.clone(), torch.tensor(2), 4, 1e-6))  # fmt: skip

@@ -1,0 +1,71 @@
+"""The step's Triton kernels compile for the users' cards, without a GPU.
+
+Triton's interpreter (the numerics tests) never runs Triton's compiler, so a kernel can pass every CPU
+test and still fail to compile on the card (a construct the interpreter accepts, a type the compiler
+rejects). Triton's wheel carries its CUDA backend and ptxas, so `triton.compile` builds a cubin for a
+named target with no driver: here the fused decoder's and the sampler's kernels for sm_89 (RTX 4090),
+sm_90 (H100/H200) and sm_120 (RTX 5090) at the real model's shapes. Runs in a subprocess: this
+session's kernel modules were imported for the interpreter by other test modules.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = r'''
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from dgemma_lsp.engine.kernels import fused_layer as F, fused_sampler as S
+
+bf = "*bf16"
+rows = dict(hidden="i32", eps="fp32")
+attention = dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, q_weight_ptr=bf, k_weight_ptr=bf, cos_ptr=bf, sin_ptr=bf,
+                 cache_keys_ptr=bf, cache_values_ptr=bf, q_out_ptr=bf, keys_out_ptr=bf, values_out_ptr=bf,
+                 offset_ptr="*i64", stride_q="i32", stride_k="i32", stride_v="i32", tokens="i32", heads="i32",
+                 kv_heads="i32", length="i32", cached="i32", eps="fp32")
+cases = [
+    (F.post_attention_kernel, dict(attn_ptr=bf, residual_ptr=bf, w_post_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
+     router_scale_ptr=bf, hidden_out_ptr=bf, mlp_in_ptr=bf, experts_in_ptr=bf, router_in_ptr=bf, **rows,
+     router_root="fp32"), dict(BLOCK=4096)),
+    (F.post_ffn_kernel, dict(mlp_ptr=bf, experts_ptr=bf, residual_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
+     w_sum_ptr=bf, layer_scalar_ptr=bf, w_next_ptr=bf, hidden_out_ptr=bf, next_in_ptr=bf, **rows), dict(BLOCK=4096)),
+    (F.step_input_kernel, dict(ids_ptr="*i64", embed_ptr=bf, signal_ptr=bf, w_in_ptr=bf, hidden_out_ptr=bf,
+     first_in_ptr=bf, hidden="i32", embed_scale="fp32", eps="fp32"), dict(BLOCK=4096)),
+    (F.signal_norm_kernel, dict(soft_ptr=bf, mask_ptr="*i1", weight_ptr=bf, out_ptr=bf, hidden="i32",
+     rows_per_batch="i32", embed_scale="fp32", eps="fp32"), dict(BLOCK=4096)),
+    (F.attention_inputs_kernel, attention, dict(D=256, REPEAT=2, BLOCK_P=16, HEADS=16, KV_HEADS=8)),  # sliding
+    (F.attention_inputs_kernel, attention, dict(D=512, REPEAT=8, BLOCK_P=16, HEADS=16, KV_HEADS=2)),  # full
+    (F.gelu_mul_kernel, dict(gate_ptr=bf, up_ptr=bf, out_ptr=bf, count="i32"), dict(BLOCK=1024)),
+    (F.route_top_k_kernel, dict(scores_ptr=bf, expert_scale_ptr=bf, weights_out_ptr="*fp32", index_out_ptr="*i64",
+     experts="i32"), dict(K=8, BLOCK_E=128)),
+    (F.softmax_rows_kernel, dict(logits_ptr=bf, out_ptr=bf, vocab="i32"), dict(BLOCK_V=4096)),
+    (S.sample_logits_kernel, dict(logits_ptr=bf, scaled_ptr=bf, inv_temperature_ptr="*fp32", seed_ptr="*i64",
+     sample_ptr="*i64", argmax_ptr="*i64", entropy_ptr="*fp32", confidence_ptr="*fp32", vocab="i32",
+     stride_row="i32", softcap="fp32"), dict(APPLY_SOFTCAP=True, WRITE_SCALED=True, BLOCK_V=4096)),
+    (S.accept_update_kernel, dict(sample_ptr="*i64", argmax_ptr="*i64", entropy_ptr="*fp32", confidence_ptr="*fp32",
+     canvas_ptr="*i64", draft_ptr="*i64", kept_confidence_ptr="*fp32", finished_ptr="*i1",
+     entropy_bound_ptr="*fp32", threshold_ptr="*fp32", seed_ptr="*i64", length="i32", vocab="i32"),
+     dict(BLOCK_L=256, BLOCK_J=32)),
+]
+for arch in (89, 90, 120):
+    for kernel, signature, constexprs in cases:
+        source = ASTSource(fn=kernel, signature={**signature, **{name: "constexpr" for name in constexprs}},
+                           constexprs=constexprs)
+        compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": 8})
+        assert compiled.asm.get("cubin"), (arch, kernel.__name__)
+        print(f"sm_{arch} {kernel.__name__} ok")
+'''
+
+
+def test_the_step_kernels_compile_for_sm89_sm90_and_sm120():
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.count(" ok") == 3 * 11, done.stdout

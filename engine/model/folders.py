@@ -23,7 +23,12 @@ def resolve_model_folder(spec: str, *, allow_download: bool = False) -> Path:
     builtin = builtin_model_folder(spec)
     if builtin is not None:
         return builtin
+    from .checkpoints import split_variant
+
+    spec, _variant = split_variant(spec)  # "owner/name:Q4_K_M": one file of the repo, chosen by the loader
     path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":  # a GGUF file named directly: its folder, the file the variant
+        return path.parent
     if path.is_dir():
         return path
     if path.exists() or spec.startswith((".", "/", "~")) or spec.count("/") != 1:
@@ -59,8 +64,35 @@ def declared_context_tokens(spec: str) -> int | None:
     return context_tokens_value(config.get(MODEL_CONTEXT_KEY)) if isinstance(config, dict) else None
 
 
+COMPANION_FILES = ["*.json", "*.jinja", "tokenizer*"]
+"""What a GGUF (weights only) borrows from the base model's repo: config, tokenizer, chat template (a few MB)."""
+
+
 def fetch_model(model_id: str = DEFAULT_MODEL_ID) -> Path:
-    """Download a checkpoint into the Hugging Face cache (the one command that uses the network)."""
+    """Download a checkpoint into the Hugging Face cache (the one command that uses the network).
+
+    `owner/name:VARIANT` fetches only that variant's GGUF file(s), plus the base model's small
+    files (config, tokenizer) the GGUF does not carry in a form transformers reads.
+    """
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(model_id))
+    from .checkpoints import split_variant
+
+    repo, variant = split_variant(model_id)
+    if variant is None:
+        return Path(snapshot_download(repo))
+    snapshot_download(DEFAULT_MODEL_ID, allow_patterns=COMPANION_FILES)
+    return Path(snapshot_download(repo, allow_patterns=[f"*{variant}*.gguf", f"*{variant}*/*.gguf"],
+                                  ignore_patterns=["*mmproj*"]))
+
+
+def companion_folder(folder: Path) -> Path | None:
+    """Where a weights-only folder's config.json and tokenizer are: the folder itself, else the base
+    model's snapshot in the Hugging Face cache (fetched with it by `fetch_model`); None when neither has them."""
+    if (folder / "config.json").is_file():
+        return folder
+    try:
+        base = resolve_model_folder(DEFAULT_MODEL_ID)
+    except ModelNotFoundError:
+        return None
+    return base if (base / "config.json").is_file() else None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..errors import ModelLoadError, ModelNotFoundError
 from ..model.cache import cache_root
-from ..model.folders import resolve_model_folder
+from ..model.folders import companion_folder, resolve_model_folder
 from .memory_plan import FitPlan, available_host_bytes, check_fit, free_device_bytes
 
 ProgressFn = Callable[[int, int], None]
@@ -54,7 +54,14 @@ def load_model_and_tokenizer(
     """
     folder = resolve_model_folder(spec, allow_download=allow_download)
     device, dtype = pick_device_and_dtype(device, dtype)
-    if not (folder / "config.json").is_file():
+    found = find_checkpoint(spec, folder)
+    config_folder = folder if not found.prequantized else companion_folder(folder) or folder
+    if not (config_folder / "config.json").is_file():
+        if found.prequantized:
+            raise ModelLoadError(
+                f"'{spec}' ({found.label}) carries no config.json or tokenizer, and the base model's are not in the "
+                f"Hugging Face cache: run `dgemma-lsp fetch-model {spec}` (it fetches them, a few MB)"
+            )
         raise ModelLoadError(f"model folder '{folder}' is incomplete: config.json is missing")
 
     from transformers import AutoConfig, AutoTokenizer
@@ -62,16 +69,20 @@ def load_model_and_tokenizer(
 
     hf_logging.disable_progress_bar()  # progress bars would clutter the editor's log
     try:
-        config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        config = AutoConfig.from_pretrained(config_folder, local_files_only=True)
     except Exception as error:  # noqa: BLE001 - any parse failure means a corrupt folder
-        raise ModelLoadError(f"model folder '{folder}' has an unreadable config.json: {_first_line(error)}") from None
+        raise ModelLoadError(
+            f"model folder '{config_folder}' has an unreadable config.json: {_first_line(error)}") from None
     if config.model_type != "diffusion_gemma":
         raise ModelLoadError(
             f"model '{spec}' is a '{config.model_type}' model, not DiffusionGemma (model_type diffusion_gemma)"
         )
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        model = _load_weights(folder, config, device, dtype, quantization, progress)
+        tokenizer = AutoTokenizer.from_pretrained(config_folder, local_files_only=True)
+        if found.prequantized:
+            model = _load_prequantized(found, spec, config_folder, config, device, dtype, quantization, progress)
+        else:
+            model = _load_weights(folder, config, device, dtype, quantization, progress)
         model.eval()
     except (ModelLoadError, ModelNotFoundError):
         raise
@@ -123,6 +134,39 @@ def _load_weights(folder: Path, config, device: str, dtype: str, quantization: s
     skeleton.generation_config = DiffusionGemmaGenerationConfig.from_pretrained(folder)
     skeleton.loaded_from_packed_cache = from_cache
     return skeleton
+
+
+def find_checkpoint(spec: str, folder: Path):
+    """The format `spec`'s folder holds (weights/formats/detect.py); a `.gguf` path or `:VARIANT` picks one file."""
+    from ..model.checkpoints import split_variant
+    from .formats import find_format
+
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return find_format(folder, file=path)
+    return find_format(folder, split_variant(spec)[1])
+
+
+def _load_prequantized(found, spec: str, config_folder: Path, config, device: str, dtype: str, quantization: str,
+                       progress: ProgressFn | None):
+    """A checkpoint published quantized (GGUF, compressed-tensors, ModelOpt): checked, fitted, streamed in."""
+    import torch
+    from transformers.models.diffusion_gemma.generation_diffusion_gemma import DiffusionGemmaGenerationConfig
+
+    from . import formats
+
+    torch_dtype = getattr(torch, dtype)
+    formats.check_runs_here(found, spec, device, quantization, native_mode="none")  # MLX, NVFP4 off FP4 cards
+    planned = formats.sizes(found, config, torch_dtype, quantization)
+    formats.check_runs_here(found, spec, device, quantization, native_mode=planned.mode)
+    formats.check_fits(found, planned, spec, device)
+    log.info("'%s' is %s: loading it as %s (%.1f GiB of weights)", spec, found.label, planned.mode,
+             planned.resident_bytes / 1024**3)
+    model = formats.load(found, config, spec=spec, device=device, dtype=torch_dtype, quantization=quantization,
+                         progress=progress)
+    model.generation_config = DiffusionGemmaGenerationConfig.from_pretrained(config_folder)
+    model.checkpoint_format = found.label
+    return model
 
 
 def _skeleton(config, torch_dtype):

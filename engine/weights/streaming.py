@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int], None]
 """Called with (shards done, shards in all) after each shard."""
+ModeOf = Callable[[tuple[str, ...]], str | None]
+"""The packed mode for one tied group of modules (all its names), None to keep it in full precision."""
 
 PACK_CHUNK_BYTES = 128 * 1024**2
 """fp32 bytes of the experts packed per quantize call while loading onto a GPU (inside memory_plan's working margin)."""
@@ -183,13 +185,17 @@ class SkeletonFiller:
     it fake tensors of the checkpoint's shapes, so both run this same placement code.
     """
 
-    def __init__(self, skeleton: nn.Module, *, device: str, mode: str, group_size: int = DEFAULT_GROUP_SIZE) -> None:
+    def __init__(self, skeleton: nn.Module, *, device: str, mode: str, group_size: int = DEFAULT_GROUP_SIZE,
+                 mode_of: ModeOf | None = None) -> None:
         self.skeleton = skeleton
         self.device = device
         self.mode = mode
         self.group_size = group_size
         self.mapper = KeyMapper(skeleton)
-        self.targets = _quantized_targets(skeleton, replace_with_mode=mode) if mode in PACKED_MODES else {}
+        if mode_of is not None:  # a pre-quantized checkpoint (formats/): each module in the mode its tensors fit
+            self.targets = _quantized_targets(skeleton, replace_with_mode=mode_of)
+        else:
+            self.targets = _quantized_targets(skeleton, replace_with_mode=mode) if mode in PACKED_MODES else {}
         self.parameters = _tied_names(skeleton)
         self.unexpected: list[str] = []
 
@@ -223,31 +229,46 @@ class SkeletonFiller:
 # -- pieces -------------------------------------------------------------------------------
 
 
-def _quantized_targets(model: nn.Module, replace_with_mode: str | None = None) -> dict[str, tuple[nn.Module, str]]:
+def _quantized_targets(model: nn.Module, replace_with_mode: str | ModeOf | None = None,
+                       ) -> dict[str, tuple[nn.Module, str]]:
     """Checkpoint names of the tensors to pack -> (their packed module, "gate_up" | "down" | "weight").
 
     With `replace_with_mode`, every expert/linear module (each tied position) is
     swapped for one empty packed module per tied group, filled as tensors arrive.
+    A `ModeOf` picks the mode per tied group; a group it answers None for stays
+    as it is (full precision) and is no target.
     """
     experts_groups, linear_groups = _quantizable_modules(model)
     targets: dict[str, tuple[nn.Module, str]] = {}
+
+    def mode_for(modules) -> str | None:
+        if callable(replace_with_mode):
+            return replace_with_mode(tuple(name for name, _ in modules))
+        return replace_with_mode
+
     for modules in experts_groups:
         original = modules[0][1]
-        packed = (QuantizedExperts(mode=replace_with_mode, num_experts=original.num_experts, act_fn=original.act_fn)
-                  if replace_with_mode else original)
+        mode = mode_for(modules)
+        if replace_with_mode is not None and mode is None:
+            continue
+        packed = (QuantizedExperts(mode=mode, num_experts=original.num_experts, act_fn=original.act_fn)
+                  if mode else original)
         for name, _ in modules:
             targets[f"{name}.gate_up_proj"] = (packed, "gate_up")
             targets[f"{name}.down_proj"] = (packed, "down")
-            if replace_with_mode:
+            if mode:
                 _replace_module(model, name, packed)
     for modules in linear_groups:
         original = modules[0][1]
         assert original.bias is None, "the DiffusionGemma text linears have no bias; a biased one would lose it"
-        packed = (QuantizedLinear(mode=replace_with_mode, in_features=original.in_features,
-                                  out_features=original.out_features) if replace_with_mode else original)
+        mode = mode_for(modules)
+        if replace_with_mode is not None and mode is None:
+            continue
+        packed = (QuantizedLinear(mode=mode, in_features=original.in_features,
+                                  out_features=original.out_features) if mode else original)
         for name, _ in modules:
             targets[f"{name}.weight"] = (packed, "weight")
-            if replace_with_mode:
+            if mode:
                 _replace_module(model, name, packed)
     return targets
 

@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from dgemma_lsp.engine.progress import shard_progress_bar
     from dgemma_lsp.engine.runtime.denoising import _resident_bytes
     from dgemma_lsp.engine.weights.loading import (
+        find_checkpoint,
         load_model_and_tokenizer,
         quantized_cache_dir,
         resolve_model_folder,
@@ -44,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     quantization = getattr(args, "quantization", "none")
     try:
         folder = resolve_model_folder(args.model)
-        checkpoint_bytes = sum(file.stat().st_size for file in checkpoint_files(folder))
+        found = find_checkpoint(args.model, folder)  # GGUF: its variant's file(s); else the safetensors shards
+        checkpoint_bytes = sum(file.stat().st_size for file in (found.files or checkpoint_files(folder)))
         if args.fresh and quantization != "none":
             shutil.rmtree(quantized_cache_dir(folder, quantization), ignore_errors=True)
         baseline = current_rss_bytes()
@@ -65,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
         "peakRssBytes": peak_rss_bytes(),
         "baselineRssBytes": baseline,
         "checkpointBytes": checkpoint_bytes,
+        "format": found.label,
         "residentBytes": _resident_bytes(model),
         "loadMs": round(load_ms, 1),
         "fromPackedCache": bool(getattr(model, "loaded_from_packed_cache", False)),

@@ -13,6 +13,7 @@ answer is printed.
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,21 +149,28 @@ def _numel(shape: tuple[int, ...]) -> int:
 # -- the published checkpoints: what each holds resident, which one fits ---------------------
 
 
+def _architecture_config(path: Path):
+    """A DiffusionGemmaConfig from a written-out architecture (model/configs/)."""
+    from transformers import DiffusionGemmaConfig
+
+    data = json.loads(path.read_text("utf-8"))
+    for private in ("_provenance", "model_type"):
+        data.pop(private, None)
+    return DiffusionGemmaConfig(**data)
+
+
+@functools.cache
 def catalog_sizes(architecture: Path, dtype: str) -> dict[str, int]:
     """Planned resident bytes of each published checkpoint (model/checkpoints.py) of `architecture`, by the
     loader's own rules for each format (formats/), from the config alone."""
     import torch
-    from transformers import DiffusionGemmaConfig
 
     from ..model.checkpoints import CHECKPOINTS
     from .formats import gguf
     from .loading import _skeleton
     from .streaming import _quantized_targets, is_vision_key
 
-    data = json.loads(architecture.read_text("utf-8"))
-    for private in ("_provenance", "model_type"):
-        data.pop(private, None)
-    config = DiffusionGemmaConfig(**data)
+    config = _architecture_config(architecture)
     torch_dtype = getattr(torch, dtype)
     element = torch.tensor([], dtype=torch_dtype).element_size()
     skeleton = _skeleton(config, torch_dtype)

@@ -6,7 +6,11 @@ One line per check, each that is not fine with the command that fixes it:
   device the engine would pick (engine/weights/memory_plan.py's rule, the one a load enforces);
   sizes from the checkpoint's headers when it is here, else from the architecture's config
   (the default model's ships in engine/model/configs/, engine/model/architecture.py);
-- checkpoint: in the Hugging Face cache (or a folder), else `dgemma-lsp fetch-model`;
+- download: the published checkpoint (engine/model/checkpoints.py: bf16, FP8-dynamic, GGUF Q8_0 /
+  Q4_K_M, NVFP4) that fits this GPU's free memory — or `--for-gpu`'s card — with its download
+  size and resident size, and the `fetch-model` that gets it;
+- checkpoint: in the Hugging Face cache (or a folder), else `dgemma-lsp fetch-model`; a
+  pre-quantized one (GGUF, compressed-tensors, ModelOpt) is planned in the mode it loads in;
 - engine daemon: the resident daemons running now and their state;
 - grammars: which tree-sitter grammars load;
 - editors, best effort and said so: Neovim (the plugin's `lua/dgemma/init.lua` on the
@@ -36,6 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 GIB = 1024**3
+CUDA_CONTEXT_BYTES = GIB // 2
+"""What a CUDA context takes of a card before any weight (`--for-gpu` plans with the rest free)."""
 EDITOR_TIMEOUT_S = 20.0
 """A user's editor config may be slow to load; past this the check says so and moves on."""
 VSCODE_EXTENSION_ID = "dgemma-lsp.dgemma-lsp"
@@ -55,6 +61,11 @@ class Check:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--no-editors", action="store_true", help="skip the editor checks (they start nvim/emacs)")
+    from dgemma_lsp.engine.model.checkpoints import CARDS
+
+    parser.add_argument("--for-gpu", choices=[card.name for card in CARDS], default=None,
+                        help="name the checkpoint for this card instead of this machine's GPU (planning a purchase "
+                             "or a remote box)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,15 +109,22 @@ def _model_checks(args: argparse.Namespace, checks: list[Check]) -> bool:
                             "pip install torch==2.13.0 && pip install dgemma-lsp"))
         return False
     gpus = readiness.cuda_devices()
+    if args.for_gpu:
+        gpus = []  # planning for another card: this machine's GPUs do not matter
     if gpus:
         for gpu in gpus:
             checks.append(Check(f"gpu {gpu.index}", "ok",
                                 f"{gpu.name}: {_gib(gpu.free_bytes)} GiB free of {_gib(gpu.total_bytes)} GiB"))
+    elif args.for_gpu:
+        checks.append(Check("gpu", "ok", f"planning for {args.for_gpu} (not this machine's GPUs)"))
     else:
         checks.append(Check("gpu", "warn", "no CUDA GPU visible to torch: the model would run on the CPU, "
                                            "seconds to minutes per answer",
                             "run on a machine with an NVIDIA GPU and a CUDA build of torch, or serve the model "
                             "from one: --engine vllm --engine-url URL (docs/deploy-vllm.md)"))
+    download = _download_check(readiness, args, gpus)
+    if download is not None:
+        checks.append(download)
     folder = readiness.checkpoint_folder(args.model)
     if folder is not None:
         checks.append(Check("checkpoint", "ok", f"{args.model} at {folder}"))
@@ -118,7 +136,7 @@ def _model_checks(args: argparse.Namespace, checks: list[Check]) -> bool:
         ))
     architecture = architecture_config(args.model) if folder is None and args.model == DEFAULT_MODEL_ID else None
     try:
-        plan = readiness.size_plan(folder, architecture, args.device, args.dtype)
+        plan = readiness.size_plan(folder, architecture, args.device, args.dtype, args.model)
     except EngineError as error:
         checks.append(Check("memory plan", "fail", str(error), f"dgemma-lsp fetch-model {args.model}"))
         return False
@@ -126,8 +144,41 @@ def _model_checks(args: argparse.Namespace, checks: list[Check]) -> bool:
         checks.append(Check("memory plan", "warn", "no sizes: neither the checkpoint nor its architecture is here",
                             f"dgemma-lsp fetch-model {args.model}"))
         return False
-    checks.extend(_plan_checks(plan, args.quantization))
-    return folder is not None and plan.fits.get(args.quantization, False)
+    configured = plan.native_mode if plan.native_mode and args.quantization == "none" else args.quantization
+    checks.extend(_plan_checks(plan, configured))
+    return folder is not None and plan.fits.get(configured, False)
+
+
+def _download_check(readiness, args: argparse.Namespace, gpus) -> Check | None:
+    """The published checkpoint that fits this GPU's free memory (or `--for-gpu`'s card), with its download."""
+    from dgemma_lsp.engine.model.checkpoints import CARDS
+
+    if args.for_gpu:
+        card = next(card for card in CARDS if card.name == args.for_gpu)
+        free, capability, where = card.memory_bytes - CUDA_CONTEXT_BYTES, card.capability, card.name
+        choice = readiness.recommendation("cuda", free_bytes=free, capability=capability)
+    elif gpus:
+        device = args.device if args.device and args.device.startswith("cuda") else f"cuda:{gpus[0].index}"
+        where, free = gpus[0].name, gpus[0].free_bytes
+        choice = readiness.recommendation(device)
+    else:
+        return None
+    sizes = readiness.catalog_sizes(_architecture(), "bfloat16")
+    if choice is None:
+        return Check("download", "warn", f"no published checkpoint fits {where} ({_gib(free)} GiB free)",
+                     "free GPU memory, or serve from a larger GPU: --engine vllm --engine-url URL")
+    detail = (f"for {where} ({_gib(free)} GiB free): {choice.describe()}, {_gib(sizes[choice.spec])} GiB resident "
+              f"as {choice.mode}")
+    if choice.spec == args.model and readiness.checkpoint_folder(args.model) is not None:
+        return Check("download", "ok", detail + " (the configured model, here)")
+    return Check("download", "warn", detail, f"dgemma-lsp fetch-model {choice.spec} (or --for-this-gpu), "
+                                             f"then --model {choice.spec}")
+
+
+def _architecture():
+    from dgemma_lsp.engine.model.architecture import DIFFUSION_CONFIG
+
+    return DIFFUSION_CONFIG
 
 
 def _plan_checks(plan, configured: str) -> list[Check]:

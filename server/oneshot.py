@@ -72,7 +72,11 @@ def add_rewrite_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_fetch_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model_id", nargs="?", default=None, help="Hugging Face id (default: the 26B-A4B-it)")
+    parser.add_argument("model_id", nargs="?", default=None,
+                        help="Hugging Face id, `owner/name:VARIANT` for one GGUF file (e.g. "
+                             "unsloth/diffusiongemma-26B-A4B-it-GGUF:Q4_K_M); default: the 26B-A4B-it in bf16")
+    parser.add_argument("--for-this-gpu", action="store_true",
+                        help="the checkpoint `dgemma-lsp doctor` names for this GPU's free memory")
 
 
 # -- commands --------------------------------------------------------------------
@@ -90,6 +94,14 @@ def run_fetch_model(args: argparse.Namespace) -> int:
     from dgemma_lsp.engine.model.folders import DEFAULT_MODEL_ID, fetch_model
 
     model_id = args.model_id or DEFAULT_MODEL_ID
+    if getattr(args, "for_this_gpu", False):
+        if args.model_id:
+            print("dgemma-lsp: fetch-model takes a model id or --for-this-gpu, not both", file=sys.stderr)
+            return 2
+        chosen = _checkpoint_for_this_gpu()
+        if chosen is None:
+            return 2
+        model_id = chosen
     try:
         folder = fetch_model(model_id)
     except Exception as error:  # noqa: BLE001 - network/auth failures: one line for the user
@@ -97,6 +109,24 @@ def run_fetch_model(args: argparse.Namespace) -> int:
         return 2
     print(folder)
     return 0
+
+
+def _checkpoint_for_this_gpu() -> str | None:
+    """The spec `doctor` names for GPU 0's free memory, said on stderr; None (and why) when there is none."""
+    from dgemma_lsp.engine.weights import readiness
+
+    gpus = readiness.cuda_devices()
+    if not gpus:
+        print("dgemma-lsp: no CUDA GPU visible to torch: name a checkpoint (`dgemma-lsp doctor --for-gpu` plans "
+              "for a card)", file=sys.stderr)
+        return None
+    choice = readiness.recommendation(f"cuda:{gpus[0].index}")
+    if choice is None:
+        print(f"dgemma-lsp: no published checkpoint fits {gpus[0].name}'s free memory "
+              f"({gpus[0].free_bytes / 1024**3:.1f} GiB)", file=sys.stderr)
+        return None
+    print(f"dgemma-lsp: for {gpus[0].name}: {choice.describe()}", file=sys.stderr)
+    return choice.spec
 
 
 def _complete(args: argparse.Namespace) -> int:

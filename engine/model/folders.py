@@ -43,9 +43,14 @@ def resolve_model_folder(spec: str, *, allow_download: bool = False) -> Path:
     except HFValidationError as error:
         raise ModelNotFoundError(f"model '{spec}' is not a valid Hugging Face id: {error}") from None
     except LocalEntryNotFoundError:
+        from .checkpoints import find
+
+        known = find(f"{spec}:{_variant}" if _variant else spec)
+        size = f" ({known.describe().split('(', 1)[1]}" if known else ""
+        wanted = f"{spec}:{_variant}" if _variant else spec
         raise ModelNotFoundError(
-            f"model '{spec}' is not in the Hugging Face cache; run `dgemma-lsp fetch-model {spec}` "
-            "to download it (~52 GB), or pass --model with a local folder"
+            f"model '{wanted}' is not in the Hugging Face cache; run `dgemma-lsp fetch-model {wanted}` "
+            f"to download it{size}, or pass --model with a local folder"
         ) from None
 
 
@@ -58,6 +63,7 @@ def declared_context_tokens(spec: str) -> int | None:
 
     try:
         folder = builtin_model_folder(spec, build=False) or resolve_model_folder(spec)
+        folder = companion_folder(folder) or folder  # a GGUF's tokenizer is the base model's
         config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     except (EngineError, OSError, ValueError):
         return None

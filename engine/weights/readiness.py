@@ -46,6 +46,10 @@ class SizePlan:
     fits: dict[str, bool] = field(default_factory=dict)
     margin_bytes: int = 0
     """Working memory the fit rule keeps free beyond the weights on this device (memory_plan)."""
+    format: str = "safetensors"
+    """What the checkpoint is (formats/detect.py's label): "GGUF Q4_K_M", ..."""
+    native_mode: str | None = None
+    """The mode a pre-quantized checkpoint loads in (what `--quantization none` means for it); None: any."""
 
 
 def cuda_devices() -> list[Gpu]:
@@ -70,15 +74,31 @@ def checkpoint_folder(model: str) -> Path | None:
         folder = resolve_model_folder(model, allow_download=False)
     except ModelNotFoundError:
         return None
-    return folder if (folder / "config.json").is_file() else None
+    if (folder / "config.json").is_file():
+        return folder
+    if any(folder.rglob("*.gguf")):  # a GGUF borrows its config (folders.companion_folder)
+        from .loading import find_checkpoint
+
+        try:
+            find_checkpoint(model, folder)  # the variant asked for is here
+        except ModelNotFoundError:
+            return None
+        return folder
+    return None
 
 
-def size_plan(folder: Path | None, architecture: Path | None, device: str | None, dtype: str | None) -> SizePlan | None:
+def size_plan(folder: Path | None, architecture: Path | None, device: str | None, dtype: str | None,
+              model: str = "") -> SizePlan | None:
     """Each mode's planned size on the device the engine would pick, from the checkpoint or else the
     architecture config; None when neither is at hand."""
     from .loading import pick_device_and_dtype
 
     device, dtype = pick_device_and_dtype(device, dtype)
+    found = None
+    if folder is not None:
+        found = _found(folder, model)
+    if found is not None and found.prequantized:
+        return _prequantized_plan(found, folder, device, dtype)
     if folder is not None:
         resident, host_pass, source = _from_checkpoint(folder, dtype)
     elif architecture is not None:
@@ -89,6 +109,42 @@ def size_plan(folder: Path | None, architecture: Path | None, device: str | None
                   host_free_bytes=available_host_bytes(), host_pass_bytes=host_pass)
     return SizePlan(device, dtype, source, resident, fit.device_free_bytes, fit.host_free_bytes, host_pass,
                     {mode: fit.fits(mode) for mode in resident}, fit.margin_bytes)
+
+
+def _found(folder: Path, model: str):
+    """The format in `folder` (formats/detect.py); an EngineError when the folder cannot be read."""
+    from .loading import find_checkpoint
+
+    try:
+        return find_checkpoint(model or str(folder), folder)
+    except EngineError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a corrupt folder: say what it is, never a traceback
+        raise EngineError(f"cannot read the checkpoint in {folder}: {type(error).__name__}: {error}") from None
+
+
+def _prequantized_plan(found, folder: Path, device: str, dtype: str) -> SizePlan:
+    """A GGUF / compressed-tensors / ModelOpt checkpoint: its one mode's size, from its headers."""
+    import torch
+    from transformers import AutoConfig
+
+    from ..model.folders import companion_folder
+    from . import formats
+
+    config_folder = companion_folder(folder)
+    if config_folder is None:
+        raise EngineError(f"{found.label} in {folder}: no config.json here nor the base model's in the cache")
+    if found.format == "mlx":
+        raise EngineError(f"{found.label} in {folder}: MLX checkpoints run on Apple silicon only")
+    config = AutoConfig.from_pretrained(config_folder, local_files_only=True)
+    planned = formats.sizes(found, config, getattr(torch, dtype))
+    resident = {planned.mode: planned.resident_bytes}
+    fit = FitPlan(mode=planned.mode, device=device, resident_bytes=resident,
+                  device_free_bytes=free_device_bytes(device), host_free_bytes=available_host_bytes(),
+                  host_pass_bytes=planned.host_pass_bytes)
+    return SizePlan(device, dtype, f"{found.label} headers", resident, fit.device_free_bytes, fit.host_free_bytes,
+                    planned.host_pass_bytes, {planned.mode: fit.fits(planned.mode)}, fit.margin_bytes,
+                    format=found.label, native_mode=planned.mode)
 
 
 def _from_checkpoint(folder: Path, dtype: str) -> tuple[dict[str, int], int, str]:

@@ -24,6 +24,7 @@ import torch
 
 from ...errors import ModelLoadError
 from ...model.cache import cache_root
+from ..streaming import PACK_CHUNK_BYTES
 from .detect import CT_FP8, GGUF, MLX, NVFP4_FORMATS, PLAIN, Found, find_format
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,7 @@ def sizes(found: Found, config, dtype: torch.dtype, quantization: str = "none") 
         names = gguf.checkpoint_names(skeleton, config.text_config.num_hidden_layers)
         the_plan = gguf.plan(tensors, names, skeleton, quantization)
         resident = gguf.planned_bytes(tensors, names, the_plan, dtype)
-        return Sizes(the_plan.mode, resident, gguf.HOST_CHUNK_BYTES * 2)
+        return Sizes(the_plan.mode, resident, 2 * PACK_CHUNK_BYTES)  # a chunk of experts' values, and its blocks
     if found.format == CT_FP8 or found.format in NVFP4_FORMATS:
         from ..streaming import checkpoint_files, read_headers
         from . import prequantized

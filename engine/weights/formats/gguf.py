@@ -51,8 +51,11 @@ log = logging.getLogger(__name__)
 ARCHITECTURE = "diffusion-gemma"
 EXPECTED_UNUSED = ("rope_freqs.weight",)
 """Written by the converter for llama.cpp's rope; the model computes its own."""
-HOST_CHUNK_BYTES = 64 * 1024**2
-"""fp32 bytes dequantized per read on a CPU device (one expert at least)."""
+HOST_CHUNK_BYTES = 0
+"""fp32 bytes of experts dequantized per read on a CPU device: 0, one expert (the quantize temporaries share
+host memory with the load; 8 MB chunks grew a load's peak by about the file's size, measured with `bench load`)."""
+DENSE_CHUNK_BYTES = 8 * 1024**2
+"""fp32 bytes of a full-precision tensor (the embedding) dequantized per read."""
 SELF_CONDITIONING = {"pre_norm": "self_cond_pre_norm", "gate_proj": "self_cond_gate", "up_proj": "self_cond_up",
                      "down_proj": "self_cond_down"}
 _LAYER = re.compile(r"\.layers\.(\d+)\.")
@@ -298,7 +301,7 @@ def _dense(tensor: GgufTensor, dtype: torch.dtype, target: tuple[int, ...]) -> t
     columns = tensor.shape[-1]
     out = torch.zeros(target, dtype=dtype if _is_float(dtype) else torch.float32)
     flat = out.view(-1, columns) if len(target) > 1 else out.view(1, -1)
-    chunk = max(1, HOST_CHUNK_BYTES // (columns * 4))
+    chunk = max(1, DENSE_CHUNK_BYTES // (columns * 4))
     for start in range(0, rows, chunk):
         count = min(chunk, rows - start)
         flat[start : start + count] = torch.from_numpy(dequantize_rows(tensor, start, count))

@@ -33,6 +33,7 @@ BENCHMARKS = {
     "nextedit": ("dgemma_lsp.bench.nextedit", "next-edit proposals vs the next real edit between two package releases"),
     "respawn": ("dgemma_lsp.bench.respawn", "kill -9 of the engine daemon -> the next completion served (s), by phase"),
     "soak": ("dgemma_lsp.bench.soak", "N documents opened, edited, completed, closed: does the server's RSS level off?"),
+    "formats": ("dgemma_lsp.bench.formats", "each community format (GGUF, FP8-dynamic, NVFP4) loaded: error vs bf16 and vs the format, top-1"),
     "dryrun": ("dgemma_lsp.bench.dryrun", "the CUDA path at full size on virtual GPUs (fake tensors, no GPU): syncs, ops, memory"),
 }
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .folders import DEFAULT_MODEL_ID
+from .folders import DEFAULT_MODEL_ID, split_variant
 
 GB = 10**9
 GIB = 1024**3
@@ -86,14 +86,6 @@ CARDS = (
     Card("B200", (10, 0), 180 * GIB),
 )
 """Cards `doctor --for-gpu` plans for without having them (the dry run's virtual GPUs and a B200)."""
-
-
-def split_variant(spec: str) -> tuple[str, str | None]:
-    """("owner/name", "Q4_K_M") for "owner/name:Q4_K_M"; (spec, None) for anything else (paths included)."""
-    head, sep, tail = spec.rpartition(":")
-    if sep and head.count("/") == 1 and not head.startswith((".", "/", "~")) and tail and "/" not in tail:
-        return head, tail
-    return spec, None
 
 
 def find(spec: str) -> Checkpoint | None:

@@ -16,6 +16,15 @@ from ..errors import EngineError, ModelNotFoundError
 DEFAULT_MODEL_ID = "google/diffusiongemma-26B-A4B-it"
 
 
+def split_variant(spec: str) -> tuple[str, str | None]:
+    """("owner/name", "Q4_K_M") for "owner/name:Q4_K_M" (one file of a repo holding several, as llama.cpp's
+    `-hf user/repo:Q4_K_M` names it); (spec, None) for anything else, paths included."""
+    head, sep, tail = spec.rpartition(":")
+    if sep and head.count("/") == 1 and not head.startswith((".", "/", "~")) and tail and "/" not in tail:
+        return head, tail
+    return spec, None
+
+
 def resolve_model_folder(spec: str, *, allow_download: bool = False) -> Path:
     """The local folder holding the model's files, or a one-line error saying how to get them."""
     from .tiny_model import builtin_model_folder
@@ -23,8 +32,6 @@ def resolve_model_folder(spec: str, *, allow_download: bool = False) -> Path:
     builtin = builtin_model_folder(spec)
     if builtin is not None:
         return builtin
-    from .checkpoints import split_variant
-
     spec, _variant = split_variant(spec)  # "owner/name:Q4_K_M": one file of the repo, chosen by the loader
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":  # a GGUF file named directly: its folder, the file the variant
@@ -43,11 +50,9 @@ def resolve_model_folder(spec: str, *, allow_download: bool = False) -> Path:
     except HFValidationError as error:
         raise ModelNotFoundError(f"model '{spec}' is not a valid Hugging Face id: {error}") from None
     except LocalEntryNotFoundError:
-        from .checkpoints import find
-
-        known = find(f"{spec}:{_variant}" if _variant else spec)
-        size = f" ({known.describe().split('(', 1)[1]}" if known else ""
         wanted = f"{spec}:{_variant}" if _variant else spec
+        size = " (~52 GB in bf16; `dgemma-lsp doctor` names the download that fits your GPU)" if (
+            wanted == DEFAULT_MODEL_ID) else ""
         raise ModelNotFoundError(
             f"model '{wanted}' is not in the Hugging Face cache; run `dgemma-lsp fetch-model {wanted}` "
             f"to download it{size}, or pass --model with a local folder"
@@ -81,8 +86,6 @@ def fetch_model(model_id: str = DEFAULT_MODEL_ID) -> Path:
     files (config, tokenizer) the GGUF does not carry in a form transformers reads.
     """
     from huggingface_hub import snapshot_download
-
-    from .checkpoints import split_variant
 
     repo, variant = split_variant(model_id)
     if variant is None:

@@ -138,7 +138,7 @@ def _load_weights(folder: Path, config, device: str, dtype: str, quantization: s
 
 def find_checkpoint(spec: str, folder: Path):
     """The format `spec`'s folder holds (weights/formats/detect.py); a `.gguf` path or `:VARIANT` picks one file."""
-    from ..model.checkpoints import split_variant
+    from ..model.folders import split_variant
     from .formats import find_format
 
     path = Path(spec).expanduser()
@@ -171,13 +171,9 @@ def _load_prequantized(found, spec: str, config_folder: Path, config, device: st
 
 def _skeleton(config, torch_dtype):
     """The text-only model on the meta device, in the dtype `from_pretrained` would build it in."""
-    import torch
-    from transformers.modeling_utils import local_torch_dtype
+    from .text_model import meta_skeleton
 
-    from .text_model import TextOnlyDiffusionGemma
-
-    with local_torch_dtype(torch_dtype), torch.device("meta"):
-        return TextOnlyDiffusionGemma(config)
+    return meta_skeleton(config, torch_dtype)
 
 
 def _fit_plan(infos, skeleton, quantization: str, device: str, torch_dtype, read_files: list[Path]) -> FitPlan:

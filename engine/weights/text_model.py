@@ -54,3 +54,12 @@ def drop_vision(model: nn.Module) -> None:
 
 def is_vision_key(name: str) -> bool:
     return name.startswith(VISION_PREFIXES)
+
+
+def meta_skeleton(config, torch_dtype) -> TextOnlyDiffusionGemma:
+    """The text-only model on the meta device, in the dtype `from_pretrained` would build it in (no memory)."""
+    import torch
+    from transformers.modeling_utils import local_torch_dtype
+
+    with local_torch_dtype(torch_dtype), torch.device("meta"):
+        return TextOnlyDiffusionGemma(config)

@@ -16,7 +16,7 @@ import pytest
 from dgemma_lsp.bench.dryrun import GPUS
 from dgemma_lsp.engine.model import folders
 from dgemma_lsp.engine.model.architecture import DIFFUSION_CONFIG
-from dgemma_lsp.engine.model.checkpoints import split_variant
+from dgemma_lsp.engine.model.folders import split_variant
 from dgemma_lsp.engine.weights import readiness
 
 EXPECTED = {

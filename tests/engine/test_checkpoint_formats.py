@@ -198,8 +198,8 @@ def test_the_published_q4_k_m_files_tensor_names_are_the_ones_the_loader_maps():
     import gguf as gguf_package
 
     from dgemma_lsp.engine.model.architecture import DIFFUSION_CONFIG
+    from dgemma_lsp.engine.weights.choice import _architecture_config
     from dgemma_lsp.engine.weights.formats import gguf
-    from dgemma_lsp.engine.weights.readiness import _architecture_config
 
     config = _architecture_config(DIFFUSION_CONFIG)
     skeleton = loading._skeleton(config, torch.bfloat16)
@@ -239,7 +239,7 @@ def test_k_quant_encoders_write_blocks_ggufs_own_dequantizer_reads_back():
 
 
 def test_refusals_name_what_to_do(checkpoints, tmp_path, monkeypatch):
-    from dgemma_lsp.engine.weights import readiness
+    from dgemma_lsp.engine.weights import choice
 
     mlx = tmp_path / "mlx"
     shutil.copytree(checkpoints["base"], mlx)
@@ -253,7 +253,7 @@ def test_refusals_name_what_to_do(checkpoints, tmp_path, monkeypatch):
 
     # NVFP4 on an RTX 4090 (sm_89, 24 GiB): refused, naming the GGUF that fits the card.
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 9))
-    monkeypatch.setattr(readiness, "free_device_bytes", lambda device: 23 * 1024**3)
+    monkeypatch.setattr(choice, "free_device_bytes", lambda device: 23 * 1024**3)
     with pytest.raises(ModelLoadError) as refused:
         loading.load_model_and_tokenizer(str(checkpoints["ct-nvfp4"]), device="cuda")
     message = str(refused.value)

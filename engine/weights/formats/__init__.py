@@ -48,7 +48,7 @@ class Sizes:
 
 def sizes(found: Found, config, dtype: torch.dtype, quantization: str = "none") -> Sizes:
     """Planned resident bytes of `found` loaded with `config`'s skeleton in `dtype`; reads headers only."""
-    from ..loading import _skeleton
+    from ..text_model import meta_skeleton as _skeleton
 
     skeleton = _skeleton(config, dtype)
     if found.format == GGUF:
@@ -113,8 +113,8 @@ def check_fits(found: Found, planned: Sizes, spec: str, device: str) -> None:
 def load(found: Found, config, *, spec: str, device: str, dtype: torch.dtype, quantization: str,
          progress: Callable[[int, int], None] | None = None):
     """The text model filled from `found` on `device`; logs which format it found."""
-    from ..loading import _skeleton
     from ..quantization import SAVE_FORMAT_VERSION, load_quantized, save_quantized, saved_format_version
+    from ..text_model import meta_skeleton as _skeleton
 
     skeleton = _skeleton(config, dtype)
     source = f"'{spec}' ({found.label})"
@@ -157,7 +157,7 @@ def gguf_cache_dir(found: Found, dtype: torch.dtype, quantization: str) -> Path:
 
 def _instead(device: str) -> str:
     """The checkpoint `doctor` would name for `device`, as a fetch command (or what to do without one)."""
-    from ..readiness import recommendation
+    from ..choice import recommendation
 
     choice = recommendation(device)
     if choice is None:

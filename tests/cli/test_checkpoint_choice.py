@@ -80,3 +80,16 @@ def test_fetch_model_for_this_gpu_without_one_says_so(capsys):
         pytest.skip("this machine has a GPU")
     assert run_fetch_model(argparse.Namespace(model_id=None, for_this_gpu=True)) == 2
     assert "no CUDA GPU visible" in capsys.readouterr().err
+
+
+def test_the_dry_run_plans_the_prequantized_layouts_on_each_virtual_gpu():
+    """`bench dryrun --modes int4-g32,int8-g32,fp8-g16` runs what GGUF Q4_K_M, GGUF Q8_0 and NVFP4 become on
+    the virtual GPUs (the fake-CUDA run itself needs `make dryrun`'s CUDA build of torch); which card it
+    offers each to is planned here, on the CPU, by the loader's rule."""
+    from dgemma_lsp.bench import dryrun
+
+    planned = dryrun.planned_bytes(dryrun._config())
+    offered = {gpu.name: dryrun.modes_offered(gpu, planned) for gpu in GPUS}
+    assert "int4-g32" in offered["RTX 4090"] and "int8-g32" not in offered["RTX 4090"]
+    assert {"int8-g32", "fp8-g16"} <= set(offered["RTX 5090"])
+    assert planned["int4"] < planned["int4-g32"] < planned["int8-g32"]  # a bf16 scale per 32 inputs, not 128

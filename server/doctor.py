@@ -137,6 +137,8 @@ def _model_checks(args: argparse.Namespace, checks: list[Check]) -> bool:
     architecture = architecture_config(args.model) if folder is None and args.model == DEFAULT_MODEL_ID else None
     try:
         plan = readiness.size_plan(folder, architecture, args.device, args.dtype, args.model)
+        if plan is None and folder is None:  # a published pre-quantized checkpoint, not fetched yet
+            plan = readiness.published_plan(args.model, args.device, args.dtype)
     except EngineError as error:
         checks.append(Check("memory plan", "fail", str(error), f"dgemma-lsp fetch-model {args.model}"))
         return False

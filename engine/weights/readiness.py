@@ -111,6 +111,26 @@ def size_plan(folder: Path | None, architecture: Path | None, device: str | None
                     {mode: fit.fits(mode) for mode in resident}, fit.margin_bytes)
 
 
+def published_plan(spec: str, device: str | None, dtype: str | None) -> SizePlan | None:
+    """A published pre-quantized checkpoint not downloaded yet (model/checkpoints.py): its one mode's size,
+    planned from the architecture by its format's rule (choice.catalog_sizes); None for any other spec."""
+    from ..model.architecture import DIFFUSION_CONFIG
+    from ..model.checkpoints import find
+    from .loading import pick_device_and_dtype
+
+    checkpoint = find(spec)
+    if checkpoint is None or checkpoint.format in ("bf16", "mlx"):
+        return None
+    device, dtype = pick_device_and_dtype(device, dtype)
+    resident = {checkpoint.mode: catalog_sizes(DIFFUSION_CONFIG, dtype)[checkpoint.spec]}
+    fit = FitPlan(mode=checkpoint.mode, device=device, resident_bytes=resident,
+                  device_free_bytes=free_device_bytes(device), host_free_bytes=available_host_bytes(),
+                  host_pass_bytes=0)
+    return SizePlan(device, dtype, f"{checkpoint.label}'s plan for the architecture", resident,
+                    fit.device_free_bytes, fit.host_free_bytes, 0, {checkpoint.mode: fit.fits(checkpoint.mode)},
+                    fit.margin_bytes, format=checkpoint.label, native_mode=checkpoint.mode)
+
+
 def _found(folder: Path, model: str):
     """The format in `folder` (formats/detect.py); an EngineError when the folder cannot be read."""
     from .loading import find_checkpoint

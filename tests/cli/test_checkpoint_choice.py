@@ -93,3 +93,14 @@ def test_the_dry_run_plans_the_prequantized_layouts_on_each_virtual_gpu():
     assert "int4-g32" in offered["RTX 4090"] and "int8-g32" not in offered["RTX 4090"]
     assert {"int8-g32", "fp8-g16"} <= set(offered["RTX 5090"])
     assert planned["int4"] < planned["int4-g32"] < planned["int8-g32"]  # a bf16 scale per 32 inputs, not 128
+
+
+def test_doctor_plans_a_published_gguf_before_it_is_fetched(tmp_path):
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf"), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, "-m", "dgemma_lsp.server.cli", "doctor", "--model",
+                           "unsloth/diffusiongemma-26B-A4B-it-GGUF:Q4_K_M", "--no-editors", "--json"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    checks = {check["name"]: check for check in json.loads(done.stdout)["checks"]}
+    assert checks["checkpoint"]["fix"] == "dgemma-lsp fetch-model unsloth/diffusiongemma-26B-A4B-it-GGUF:Q4_K_M"
+    assert "planned weights: int4 " in checks["memory plan"]["detail"]
+    assert "GGUF Q4_K_M's plan for the architecture" in checks["memory plan"]["detail"]

@@ -3,8 +3,8 @@
 Proves, per format (GGUF Q4_K_M and Q8_0, compressed-tensors FP8-dynamic and NVFP4, ModelOpt
 NVFP4), on the real architecture shrunk (6 layers, hidden 256, 8 experts of width 96 — a width
 Q4_K's 256-blocks do not tile, as the real 704): the files are found and said to be what they
-are; the packed weights are the format's own dequantized weights up to what the layout cannot
-hold (a GGUF Q8_0 or an FP8 checkpoint: only the scale's rounding to bf16); a decoder step agrees
+are; the packed weights are the format's own dequantized weights (a GGUF Q8_0 and an FP8 checkpoint
+bit for bit, NVFP4 up to its scales' rounding to bf16); a decoder step agrees
 with the bf16 model's argmax; a GGUF's repack is saved and the next start reads it instead;
 the published GGUF's tensor names are the ones the loader maps; MLX, NVFP4 off an FP4 card and
 a second quantization are refused in one line naming what to do; and a GGUF load holds far less
@@ -131,8 +131,8 @@ def test_each_format_loads_says_what_it_is_and_agrees_with_bf16(kind, label, mod
     assert experts.mode == mode
 
 
-def test_gguf_q8_0_repacks_to_int8_with_its_values_exact(checkpoints, with_config, tmp_path, monkeypatch):
-    """Q8_0 -> int8 in groups of 32: every value is the file's; only the fp16 scale is rounded to bf16."""
+def test_gguf_q8_0_repacks_to_int8_exactly(checkpoints, with_config, tmp_path, monkeypatch):
+    """Q8_0 -> int8 in groups of 32 with the block's own fp16 scale: every weight is the file's, bit for bit."""
     from dgemma_lsp.engine.weights.formats import gguf
 
     monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path / "cache"))
@@ -143,8 +143,8 @@ def test_gguf_q8_0_repacks_to_int8_with_its_values_exact(checkpoints, with_confi
     experts = model.model.decoder.layers[2].experts
     own = torch.from_numpy(gguf.dequantize_rows(tensors["blk.2.ffn_gate_up_exps.weight"], 0, 8 * 192))
     ours = dequantize(experts.gate_up_data, experts.gate_up_scales, "int8", torch.float32).reshape(-1, 256)
-    assert experts.gate_up_scales.shape[-1] == 256 // 32
-    assert torch.allclose(ours, own, rtol=2**-8, atol=0)  # bf16 keeps 8 bits of the scale
+    assert experts.gate_up_scales.shape[-2] == 256 // 32 and experts.gate_up_scales.dtype == torch.float16
+    assert torch.equal(ours, own)
 
 
 def test_a_gguf_repack_is_saved_and_read_back_on_the_next_start(checkpoints, with_config, tmp_path, monkeypatch):
@@ -157,7 +157,7 @@ def test_a_gguf_repack_is_saved_and_read_back_on_the_next_start(checkpoints, wit
 
 
 def test_fp8_dynamic_goes_into_the_fp8_layout_bit_for_bit(checkpoints):
-    """No round trip through bf16: the stored bytes are the checkpoint's e4m3 bytes, one scale per row."""
+    """No round trip through bf16: the stored bytes are the checkpoint's e4m3 bytes and its own scale per row."""
     from safetensors import safe_open
 
     model, _, _ = loading.load_model_and_tokenizer(str(checkpoints["ct-fp8"]))
@@ -167,7 +167,7 @@ def test_fp8_dynamic_goes_into_the_fp8_layout_bit_for_bit(checkpoints):
         q_proj = shard.get_tensor("model.decoder.layers.1.self_attn.q_proj.weight")
     experts = model.model.decoder.layers[1].experts
     assert torch.equal(experts.gate_up_data[5, 96:], weight.view(torch.uint8))  # up rows follow the gate rows
-    assert torch.equal(experts.gate_up_scales[5, 96:], scale.to(torch.bfloat16))
+    assert torch.equal(experts.gate_up_scales[5, :, 96:], scale.float().T)  # group-major [1, N], float32
     assert torch.equal(model.model.decoder.layers[1].self_attn.q_proj.weight_data, q_proj.view(torch.uint8))
 
 
@@ -188,7 +188,7 @@ def test_nvfp4_values_are_kept_exactly_in_the_fp8_layout(kind, checkpoints):
     own = BaseCompressor.load_from_registry("nvfp4-pack-quantized").decompress(state, scheme)["weight"].float()
     linear = model.model.decoder.layers[3].self_attn.o_proj
     ours = dequantize(linear.weight_data, linear.weight_scales, "fp8", torch.float32)
-    assert linear.weight_scales.shape == (256, 256 // 16)
+    assert linear.weight_scales.shape == (256 // 16, 256)  # group-major
     assert torch.allclose(ours, own, rtol=2**-8, atol=1e-30)
 
 
@@ -312,3 +312,30 @@ def test_a_gguf_load_holds_no_more_than_the_bf16_streaming_load_in_its_mode(tmp_
         growth = load["peakRssBytes"] - load["baselineRssBytes"]
         allowed = reference["peakRssBytes"] - reference["baselineRssBytes"] + 0.5 * load["checkpointBytes"]
         assert growth < allowed, (load, reference)
+
+
+KERNELS = """
+import sys, torch
+from dgemma_lsp.engine.weights.loading import load_model_and_tokenizer
+torch.manual_seed(0)
+model, _, _ = load_model_and_tokenizer(sys.argv[1])
+experts = model.model.decoder.layers[0].experts
+hidden, index, weights = torch.randn(8, 256), torch.randint(0, 8, (8, 2)), torch.rand(8, 2)
+reference = experts.forward_loop(hidden, index, weights)
+experts.backend, experts.quantize_activations = "triton", False
+error = float((experts(hidden, index, weights) - reference).norm() / reference.norm())
+print(experts.gate_up_scales.dtype, error)
+"""
+
+
+@pytest.mark.parametrize(("kind", "scale_dtype"), [("ct-fp8", "torch.float32"), ("gguf-Q8_0", "torch.float16")])
+def test_the_fused_kernels_read_the_checkpoints_own_scales(kind, scale_dtype, checkpoints, with_config, tmp_path):
+    """FP8-dynamic's float32 scale per row and Q8_0's fp16 scale per 32 go through the Triton expert kernel
+    (on the CPU in Triton's interpreter) as bf16 scales do: it matches the torch loop."""
+    folder = with_config(kind) if kind.startswith("gguf") else checkpoints[kind]
+    env = {**os.environ, "TRITON_INTERPRET": "1", "DGEMMA_LSP_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", KERNELS, str(folder)], capture_output=True, text=True, env=env,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    dtype, error = done.stdout.split()
+    assert dtype == scale_dtype and float(error) < 1e-5

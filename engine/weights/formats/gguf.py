@@ -15,8 +15,9 @@ tensors: fused `ffn_gate_up_exps` [E, 2I, H], no `attn_v` on the 5 full-attentio
 Repack. Each tensor's blocks are dequantized to fp32 by gguf's own `gguf.quants.dequantize`
 (bit-exact with ggml), a few experts at a time, then packed by `quant_formats.quantize`:
 - a 4-bit type (Q4_K, Q4_0, IQ4_*, ...) -> int4, groups of 32 (Q4_K's sub-block);
-- a 5- to 8-bit type (Q5_0, Q5_K, Q6_K, Q8_0) -> int8, groups of the type's block (16 or 32):
-  the values fit exactly; only the scale is rounded (to bf16);
+- Q8_0, Q5_0, Q6_K -> int8 with the file's own values and block scales (`exact_int8`: fp16 scales
+  per 32 for Q8_0/Q5_0, float32 per 16 for Q6_K, which the kernels read as they read bf16): nothing
+  is lost; Q5_K -> int8 in groups of 32 through `quantize` (its values fit; the scale is re-rounded);
 - F32/F16/BF16 -> kept in full precision (or packed like the bf16 loader when asked).
 One expert module holds one mode, so a module takes its gate_up's (2/3 of its bytes): in Q4_K_M
 llama.cpp writes `ffn_down_exps` as Q5_0 or Q8_0 (704 columns do not tile Q4_K's 256), and those
@@ -169,6 +170,8 @@ class Plan:
     """Checkpoint key of a packed tensor -> (mode, group)."""
     mode: str
     """The mode most of the expert bytes are in ("none" when they stay float)."""
+    exact: frozenset[str] = frozenset()
+    """Keys placed as int8 with the file's own values and block scales (Q8_0, Q5_0, Q6_K): nothing lost."""
 
     def mode_of(self, names: tuple[str, ...]) -> str | None:
         return next((self.modes[name] for name in names if name in self.modes), None)
@@ -180,6 +183,7 @@ def plan(tensors: list[GgufTensor], names: dict[str, str], skeleton: nn.Module, 
     by_key = {names[t.name]: t for t in tensors if t.name in names}
     modes: dict[str, str | None] = {}
     groups: dict[str, tuple[str, int]] = {}
+    exact: set[str] = set()
     expert_bytes: dict[str, int] = {}
     for key, (_module, which) in targets.items():
         tensor = by_key.get(key)
@@ -200,9 +204,11 @@ def plan(tensors: list[GgufTensor], names: dict[str, str], skeleton: nn.Module, 
         own_mode, own_group = packed_mode_of(tensor.qtype)
         group = own_group if own_mode == mode else 32 if own_mode is not None else 128
         groups[key] = (mode, effective_group_size(tensor.shape[-1], group))
+        if mode == "int8" and tensor.qtype in _exact_types():
+            exact.add(key)
     _tie_modes(skeleton, modes)
     label = max(expert_bytes, key=expert_bytes.get) if expert_bytes else "none"
-    return Plan(modes, groups, label)
+    return Plan(modes, groups, label, frozenset(exact))
 
 
 def planned_bytes(tensors: list[GgufTensor], names: dict[str, str], the_plan: Plan, dtype: torch.dtype) -> int:
@@ -213,7 +219,10 @@ def planned_bytes(tensors: list[GgufTensor], names: dict[str, str], the_plan: Pl
         key = names.get(tensor.name)
         if key is None:
             continue
-        if key in the_plan.groups:
+        if key in the_plan.exact:
+            _, group, scale_bytes = _exact_layout(tensor.qtype)
+            total += _numel(tensor.shape) * (1 + scale_bytes / group)
+        elif key in the_plan.groups:
             mode, group = the_plan.groups[key]
             total += _packed_bytes(tensor.shape, mode, group)
         else:
@@ -241,7 +250,7 @@ def stream_load(skeleton: nn.Module, found_files: tuple[Path, ...], tensors: lis
                 if name in filler.targets and key in the_plan.groups:
                     module, which = filler.targets[name]
                     mode, group = the_plan.groups[key]
-                    _pack(module, which, tensor, mode, group, device)
+                    _pack(module, which, tensor, mode, group, device, exact=key in the_plan.exact)
                 else:
                     target = _target_shape(skeleton, name, tensor.shape)
                     filler.put(key, lambda tensor=tensor, target=target: _dense(tensor, dtype, target))
@@ -272,8 +281,10 @@ def dequantize_rows(tensor: GgufTensor, first: int, count: int) -> np.ndarray:
         count, tensor.shape[-1])
 
 
-def _pack(module: nn.Module, which: str, tensor: GgufTensor, mode: str, group: int, device: str) -> None:
-    """Dequantize and pack `tensor` into `module`'s `{which}_data`/`_scales`, a chunk of experts at a time."""
+def _pack(module: nn.Module, which: str, tensor: GgufTensor, mode: str, group: int, device: str,
+          exact: bool = False) -> None:
+    """Dequantize and pack `tensor` into `module`'s `{which}_data`/`_scales`, a chunk of experts at a time;
+    `exact`: as int8 holding the file's own values and block scales (exact_int8)."""
     shape = tensor.shape if len(tensor.shape) == 3 else (1, *tensor.shape)
     experts, rows, columns = shape
     budget = PACK_CHUNK_BYTES if str(device).startswith("cuda") else HOST_CHUNK_BYTES
@@ -281,8 +292,14 @@ def _pack(module: nn.Module, which: str, tensor: GgufTensor, mode: str, group: i
     data = scales = None
     for start in range(0, experts, chunk):
         count = min(chunk, experts - start)
-        values = torch.from_numpy(dequantize_rows(tensor, start * rows, count * rows)).reshape(count, rows, columns)
-        chunk_data, chunk_scales = quantize(values.to(device), mode, group)
+        if exact:
+            chunk_data, chunk_scales = exact_int8(tensor, start * rows, count * rows)
+            chunk_data = chunk_data.reshape(count, rows, columns).to(device)
+            chunk_scales = chunk_scales.reshape(count, rows, -1).transpose(-1, -2).contiguous().to(device)
+        else:
+            values = torch.from_numpy(dequantize_rows(tensor, start * rows, count * rows)).reshape(
+                count, rows, columns)
+            chunk_data, chunk_scales = quantize(values.to(device), mode, group)
         if data is None:
             data = torch.empty((experts, *chunk_data.shape[1:]), dtype=chunk_data.dtype, device=device)
             scales = torch.empty((experts, *chunk_scales.shape[1:]), dtype=chunk_scales.dtype, device=device)
@@ -292,6 +309,47 @@ def _pack(module: nn.Module, which: str, tensor: GgufTensor, mode: str, group: i
     setattr(module, f"{which}_data", data)
     setattr(module, f"{which}_scales", scales)
     module._is_hf_initialized = True  # initialize_weights must leave packed modules alone
+
+
+def _exact_types() -> dict[int, tuple[int, int, int]]:
+    """GGUF types whose values fit int8 with a scale per block: type -> (block bytes, inputs per scale, scale
+    bytes as stored here). Q8_0 and Q5_0 keep their fp16 block scale as it is (fp16: exact); Q6_K's scale is
+    fp16 d times an int8 sub-scale, up to 19 bits, so float32."""
+    import gguf
+
+    kinds = gguf.GGMLQuantizationType
+    return {int(kinds.Q8_0): (34, 32, 2), int(kinds.Q5_0): (22, 32, 2), int(kinds.Q6_K): (210, 16, 4)}
+
+
+def _exact_layout(qtype: int) -> tuple[int, int, int]:
+    return _exact_types()[qtype]
+
+
+def exact_int8(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows [first, first + count) of a Q8_0 / Q5_0 / Q6_K tensor as int8 values and their block scales
+    (`[count, K]`, `[count, K // block]`): the values gguf's dequantizer gives, divided by the block's own
+    scale read from the block (Q8_0/Q5_0: its fp16 d; Q6_K: d x its int8 sub-scale), so value x scale is the
+    file's weight exactly. Scales in fp16 (Q8_0, Q5_0) or float32 (Q6_K), which the kernels read as bf16."""
+    import gguf
+
+    block_bytes, group, scale_bytes = _exact_layout(tensor.qtype)
+    raw = read_blocks(tensor, first, count)
+    blocks = raw.reshape(-1, block_bytes)
+    if tensor.qtype == int(gguf.GGMLQuantizationType.Q6_K):
+        d = blocks[:, 208:210].copy().view(np.float16).astype(np.float32)  # [n, 1]
+        sub = blocks[:, 192:208].copy().view(np.int8).astype(np.float32)  # [n, 16]
+        scale = (d * sub).reshape(count, -1)  # one per 16 inputs
+    else:
+        scale = blocks[:, 0:2].copy().view(np.float16).reshape(count, -1)
+    from gguf.quants import dequantize as gguf_dequantize
+
+    values = np.asarray(gguf_dequantize(raw, tensor.qtype), dtype=np.float32).reshape(count, -1, group)
+    wide = scale.astype(np.float32)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        codes = np.where(wide != 0, np.rint(values / wide), 0.0)
+    data = torch.from_numpy(codes.reshape(count, -1).astype(np.int8))
+    scales = torch.from_numpy(scale.astype(np.float16 if scale_bytes == 2 else np.float32))
+    return data, scales
 
 
 def _dense(tensor: GgufTensor, dtype: torch.dtype, target: tuple[int, ...]) -> torch.Tensor:

@@ -5,9 +5,10 @@ are stored one per expert (`...experts.E.{gate,up,down}_proj`), as vLLM's loader
 land in our fused `[E, 2I, H]` / `[E, H, I]` stacks (gate rows first). Per tensor:
 
 - FP8-dynamic: `weight` float8_e4m3fn `[N, K]`, `weight_scale` `[N, 1]` (one per output channel;
-  activations are quantized at run time by vLLM, weight-only here). The fp8 bits go into the fp8
-  layout as they are, the channel scale becomes a group of the whole row (`[N, 1]`, bf16): no
-  round trip through bf16, the only loss the scale's rounding to bf16.
+  activations are quantized at run time by vLLM; here the kernels' own w8a8 path does that). The
+  fp8 bits go into the fp8 layout as they are, the channel scale becomes one group of the whole row
+  (`[1, N]` group-major, kept in float32, which the kernels read as they read bf16): no round trip
+  through bf16, nothing lost.
 - NVFP4, compressed-tensors: `weight_packed` uint8 `[N, K/2]` (e2m1, element 2i in the low
   nibble), `weight_scale` float8_e4m3fn `[N, K/16]`, `weight_global_scale` `[1]`;
   w = e2m1 * weight_scale / weight_global_scale.
@@ -15,7 +16,7 @@ land in our fused `[E, 2I, H]` / `[E, H, I]` stacks (gate rows first). Per tenso
   `weight_scale_2` scalar; w = e2m1 * weight_scale * weight_scale_2.
   This build has no FP4 kernel yet: every e2m1 value is exact in e4m3, so NVFP4 loads into the
   fp8 layout with a group of 16 (scale = block scale x global scale, rounded to bf16) — exact
-  values at fp8 residency. It is offered only where the checkpoint is meant to run (FP4 tensor
+  values at fp8 residency, scales within bf16's rounding. It is offered only where the checkpoint is meant to run (FP4 tensor
   cores, sm100/sm120) and on the CPU (tests); other cards get the checkpoint that fits them.
 
 Streams like the bf16 loader: one shard open at a time (a tensor's scale in another shard is
@@ -114,8 +115,7 @@ def planned_bytes(infos: list[TensorInfo], skeleton: nn.Module, fmt: str, dtype:
         if is_vision_key(mapper(piece.target)):
             continue
         rows, columns = _weight_shape(by_key, piece.base, fmt)
-        groups = 1 if fmt == CT_FP8 else columns // NVFP4_GROUP
-        total += rows * columns + rows * groups * 2
+        total += rows * columns + (rows * 4 if fmt == CT_FP8 else rows * (columns // NVFP4_GROUP) * 2)
     for info in infos:
         if info.key in consumed or is_vision_key(mapper(info.key)):
             continue
@@ -168,7 +168,7 @@ def stream_load(skeleton: nn.Module, folder: Path, fmt: str, *, device: str, dty
 
 
 def _fp8_layout(fmt: str, base: str, read: Callable[[str], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(data uint8 e4m3 bits [N, K], bf16 scales [N, groups]) of one quantized linear, in the fp8 layout."""
+    """(data uint8 e4m3 bits [N, K], scales group-major [groups, N]) of one quantized linear, in the fp8 layout."""
     if fmt == CT_FP8:
         weight = read(f"{base}.weight")
         if weight.dtype != torch.float8_e4m3fn:
@@ -176,7 +176,9 @@ def _fp8_layout(fmt: str, base: str, read: Callable[[str], torch.Tensor]) -> tup
         scale = read(f"{base}.weight_scale").float().reshape(weight.shape[0], -1)  # [N, 1]
         if scale.shape[1] != 1:
             raise ModelLoadError(f"{base}.weight_scale has {scale.shape[1]} scales per row; FP8-dynamic has one")
-        return weight.view(torch.uint8), scale.to(torch.bfloat16)
+        # fp32, group-major [1, N]: the kernels read float32 scales as they read bf16 (quant_formats), so the
+        # checkpoint's values are held exactly, at 4 bytes per row.
+        return weight.view(torch.uint8), scale.transpose(0, 1).contiguous()
     packed = read(f"{base}.weight_packed" if fmt == CT_NVFP4 else f"{base}.weight")
     block_scale = read(f"{base}.weight_scale").float()  # [N, K/16], stored as e4m3
     if fmt == CT_NVFP4:
@@ -187,7 +189,9 @@ def _fp8_layout(fmt: str, base: str, read: Callable[[str], torch.Tensor]) -> tup
     if block_scale.shape[-1] * NVFP4_GROUP != values.shape[-1]:
         raise ModelLoadError(f"{base}: {block_scale.shape[-1]} scales for {values.shape[-1]} inputs (NVFP4: one per 16)")
     data = values.to(torch.float8_e4m3fn).view(torch.uint8)
-    return data, (block_scale * global_scale).to(torch.bfloat16)
+    # bf16, group-major [K/16, N]: fp32 would hold block x global exactly at twice the scales' bytes
+    # (0.25 instead of 0.125 per weight), which a card that NVFP4 is for cannot spare at fp8 residency.
+    return data, (block_scale * global_scale).to(torch.bfloat16).transpose(0, 1).contiguous()
 
 
 def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
@@ -239,11 +243,11 @@ class _Stacks:
         if current.numel() == 0:
             setattr(module, f"{which}_data", torch.empty((module.num_experts, rows * halves, data.shape[1]),
                                                           dtype=data.dtype, device=self.device))
-            setattr(module, f"{which}_scales", torch.empty((module.num_experts, rows * halves, scales.shape[1]),
+            setattr(module, f"{which}_scales", torch.empty((module.num_experts, scales.shape[0], rows * halves),
                                                             dtype=scales.dtype, device=self.device))
-        start = piece.half * rows
+        start = piece.half * rows  # gate rows, then up rows (N); scales are group-major, N last
         getattr(module, f"{which}_data")[piece.expert, start : start + rows] = data
-        getattr(module, f"{which}_scales")[piece.expert, start : start + rows] = scales
+        getattr(module, f"{which}_scales")[piece.expert, :, start : start + rows] = scales
 
     def finish(self, source: str) -> None:
         for slot, count in self.expected.items():

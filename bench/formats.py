@@ -14,9 +14,9 @@ in fp32. Then, on CPU:
 - one MoE layer: relative error of layer 0's experts' output on 64 random tokens routed by the
   bf16 router, the same three ways;
 - one decoder step: top-1 agreement of the canvas logits with bf16, ours and the format's;
-- for GGUF Q4_K, the repack a layout with asymmetric int4 groups of 32 (a bf16 scale and a bf16
-  min per group, as Q4_K's sub-blocks are) would make, from the same blocks: what the new int4
-  layout would lose.
+- for GGUF Q4_K, the same blocks in quant_formats' affine int4 (codes 0..15, a scale and a min per
+  32 inputs, as Q4_K's sub-blocks are) with bf16 and with float32 scales: what the loader will lose
+  once the packed modules hold mins (the kernels already read them).
 
 Random weights say nothing of quality; the errors compare formats and repacks on equal terms.
 Tables and JSON to stdout, progress to stderr; torch is imported inside functions.
@@ -63,7 +63,9 @@ class FormatFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     top1_format: float
     """The same for the format's own dequantized weights."""
     asymmetric_repack_error: float | None = None
-    """GGUF Q4_K gate_up: ours-to-be (asymmetric int4, groups of 32, bf16 scale and min) vs the format."""
+    """GGUF Q4_K gate_up in quant_formats' affine int4 (groups of 32) with bf16 scales and mins, vs the format."""
+    asymmetric_fp32_repack_error: float | None = None
+    """The same with float32 scales and mins (the layout's lossless form for Q4_K)."""
 
 
 class FormatsReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -102,7 +104,8 @@ def format_table(report: FormatsReport) -> str:
     lines = ["format               mode  resident  gate_up fmt/ours(ratio)    down fmt/ours(ratio)      "
              "MoE layer fmt/ours/total       top-1 ours/fmt  asym-int4 g32"]
     for f in report.figures:
-        asym = f"{f.asymmetric_repack_error:.2e}" if f.asymmetric_repack_error is not None else "-"
+        asym = (f"{f.asymmetric_repack_error:.2e} (fp32 {f.asymmetric_fp32_repack_error:.1e})"
+                if f.asymmetric_repack_error is not None else "-")
         lines.append(
             f"{f.label:20} {f.mode:5} {f.resident_bytes / 2**20:6.1f}M  "
             f"{f.gate_up_format_error:.2e}/{f.gate_up_repack_error:.2e}({f.gate_up_repack_error / f.gate_up_format_error:4.2f})  "
@@ -197,14 +200,17 @@ def _measure(kind: str, root: Path, base: Path, bf16, probe) -> FormatFigure:
         moe_own = experts_own(probe["hidden"], probe["index"], probe["weights"])
         top1 = [float((m(input_ids=probe["prompt"], decoder_input_ids=probe["canvas"]).logits.argmax(-1)
                        == probe["logits"].argmax(-1)).float().mean()) for m in (ours, own)]
-    asymmetric = _asymmetric_q4_k(folder, experts_own) if kind == "gguf-Q4_K_M" else None
+    asymmetric = asymmetric_exact = None
+    if kind == "gguf-Q4_K_M":
+        asymmetric = _asymmetric_q4_k(folder, experts_own, torch.bfloat16)
+        asymmetric_exact = _asymmetric_q4_k(folder, experts_own, torch.float32)
     return FormatFigure(
         kind=kind, label=ours.checkpoint_format, mode=experts_ours.mode, resident_bytes=_resident_bytes(ours),
         gate_up_format_error=errors["gate_up"][0], gate_up_repack_error=errors["gate_up"][1],
         down_format_error=errors["down"][0], down_repack_error=errors["down"][1],
         moe_format_error=_rel(moe_own, probe["moe"]), moe_repack_error=_rel(moe_ours, moe_own),
         moe_total_error=_rel(moe_ours, probe["moe"]), top1_ours=top1[0], top1_format=top1[1],
-        asymmetric_repack_error=asymmetric,
+        asymmetric_repack_error=asymmetric, asymmetric_fp32_repack_error=asymmetric_exact,
     )
 
 
@@ -267,27 +273,30 @@ def _decompressor(kind: str):
     return own
 
 
-def _asymmetric_q4_k(folder: Path, experts_own) -> float:
-    """Layer 0's Q4_K gate_up as an asymmetric int4 layout of groups of 32 would hold it: w = s*q - m with s and
-    m rounded to bf16 (the Q4_K sub-block's d*sc and dmin*m), against the format's own values."""
+def _asymmetric_q4_k(folder: Path, experts_own, scale_dtype) -> float:
+    """Layer 0's Q4_K gate_up in quant_formats' affine int4 (tiles of codes 0..15, weight = scale * code + min,
+    groups of 32), its scale (d*sc) and min (-dmin*m) per Q4_K sub-block stored in `scale_dtype`, against the
+    format's own values: float32 holds them exactly (quant_formats' docstring), bf16 rounds them."""
     import numpy as np
     import torch
     from gguf.quants import Q4_K
 
+    from dgemma_lsp.engine.kernels.quant_formats import dequantize, pack_int4_tiles
     from dgemma_lsp.engine.weights.formats import gguf
 
     (file,) = folder.glob("*.gguf")
     tensor = next(t for t in gguf.read_tensors((file,))[0] if t.name == "blk.0.ffn_gate_up_exps.weight")
-    rows = tensor.shape[0] * tensor.shape[1]
-    blocks = gguf.read_blocks(tensor, 0, rows).reshape(-1, 144)
+    experts, rows, columns = tensor.shape
+    blocks = gguf.read_blocks(tensor, 0, experts * rows).reshape(-1, 144)
     d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)
     dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
     sc, mins = Q4_K.get_scale_min(blocks[:, 4:16].copy())
-    q = (blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 0xF
-    q = torch.from_numpy(q.reshape(-1, 8, 32).astype(np.float32))
-    scale = torch.from_numpy(d * sc.astype(np.float32)).to(torch.bfloat16).float()[..., None]
-    minimum = torch.from_numpy(dmin * mins.astype(np.float32)).to(torch.bfloat16).float()[..., None]
-    held = (scale * q - minimum).reshape(experts_own.gate_up_proj.shape)
+    codes = (blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 0xF
+    codes = torch.from_numpy(codes.reshape(experts, rows, columns).astype(np.uint8))
+    scales = torch.from_numpy(d * sc.astype(np.float32)).reshape(experts, rows, -1)  # [E, N, K/32]
+    minimum = torch.from_numpy(-dmin * mins.astype(np.float32)).reshape(experts, rows, -1)
+    held = dequantize(pack_int4_tiles(codes), scales.to(scale_dtype).transpose(-1, -2).contiguous(), "int4",
+                      torch.float32, mins=minimum.to(scale_dtype).transpose(-1, -2).contiguous())
     return _rel(held, experts_own.gate_up_proj.detach())
 
 

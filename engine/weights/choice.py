@@ -59,9 +59,9 @@ def catalog_sizes(architecture: Path, dtype: str) -> dict[str, int]:
             plan = gguf_plan(tensors, names, skeleton, "none")
             sizes[checkpoint.spec] = planned_bytes(tensors, names, plan, torch_dtype)
         elif checkpoint.format in ("compressed-tensors-fp8", "compressed-tensors-nvfp4", "modelopt-nvfp4"):
-            per_row = checkpoint.format == "compressed-tensors-fp8"  # one scale per row, else one per 16 inputs
+            per_row = checkpoint.format == "compressed-tensors-fp8"  # a float32 scale per row, else bf16 per 16
             sizes[checkpoint.spec] = sum(
-                _numel(shape) + (_numel(shape[:-1]) if per_row else _numel(shape) // 16) * 2
+                _numel(shape) + (_numel(shape[:-1]) * 4 if per_row else _numel(shape) // 16 * 2)
                 if name in targets else _numel(shape) * element
                 for name, shape in parameters
             )

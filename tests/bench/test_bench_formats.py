@@ -11,5 +11,6 @@ def test_bench_formats_measures_a_q4_k_m_gguf_against_bf16_and_against_itself():
     assert figure.label == "GGUF Q4_K_M" and figure.mode == "int4"
     assert 0 < figure.gate_up_format_error < 0.2 and figure.gate_up_repack_error > figure.gate_up_format_error
     assert figure.asymmetric_repack_error < 0.2 * figure.gate_up_format_error
+    assert figure.asymmetric_fp32_repack_error == 0.0  # the affine layout with float32 scales and mins: exact
     assert 0.0 <= figure.top1_ours <= 1.0
     assert "GGUF Q4_K_M" in format_table(report)

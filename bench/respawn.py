@@ -42,7 +42,7 @@ TIMEOUT_S = 120.0
 LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
-class Respawn(msgspec.Struct, frozen=True, kw_only=True):
+class Respawn(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     """One kill -9 and the completion asked for right after it."""
 
     answered_s: float
@@ -59,7 +59,7 @@ class Respawn(msgspec.Struct, frozen=True, kw_only=True):
     """The load itself, as the daemon reports it."""
 
 
-class RespawnReport(msgspec.Struct, frozen=True, kw_only=True):
+class RespawnReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     model: str
     runs: list[Respawn]
     median_answered_s: float

@@ -59,3 +59,20 @@ def test_the_expert_kernels_build_for_every_target_card_without_spills():
         for launch in ("gate_up", "down"):
             assert any(line.startswith(f"{arch} int4") and launch in line and f"'{mma}'" in line and "spill   0" in line
                        for line in lines), done.stdout  # fmt: skip
+
+
+def test_the_staged_runner_keeps_every_stage_in_one_file(tmp_path):
+    """bench-gpu-staged.sh, one stage chosen by ONLY_STAGES: its lines come back in $OUT/stages.txt under its
+    name, with its exit status (the device tool returns at most 8 files: one per stage would lose some)."""
+    env = {**os.environ, "OUT": str(tmp_path), "PY": sys.executable, "SKIP_INSTALL": "1",
+           "ONLY_STAGES": "respawn-cuda", "BUDGET_S": "500"}
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run(["bash", str(DEVICE_SCRIPTS / "bench-gpu-staged.sh")], capture_output=True, text=True,
+                          timeout=600, env=env, cwd=DEVICE_SCRIPTS.parents[1])  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["env.txt", "stages.txt"]
+    lines = (tmp_path / "stages.txt").read_text().splitlines()
+    assert lines and all(line.startswith("respawn-cuda| ") for line in lines)
+    assert lines[-1].startswith("respawn-cuda| rc=0 ")
+    assert any('"medianAnsweredS"' in line for line in lines)  # the bench's JSON report
+    assert "== moe-check" not in done.stdout  # the other stages did not run

@@ -13,9 +13,6 @@ import torch
 
 from dgemma_lsp.engine.training.parallel import launch
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_training import MICRO  # noqa: E402
-
 
 def _train(run_dir: Path, *options: str, recipe: Path | None = None):
     config = ["--config", str(recipe)] if recipe else []
@@ -39,13 +36,11 @@ def test_a_failing_rank_stops_the_others_instead_of_leaving_them_waiting():
 
 
 @pytest.mark.timeout(900)
-def test_two_ranks_train_the_examples_one_process_trains_and_keep_one_model(tmp_path):
-    recipe = tmp_path / "micro.json"
-    recipe.write_text(json.dumps(MICRO))
-    one = _train(tmp_path / "one", "--steps", "3", "--threads", "1", recipe=recipe)
+def test_two_ranks_train_the_examples_one_process_trains_and_keep_one_model(tmp_path, micro_recipe):
+    one = _train(tmp_path / "one", "--steps", "3", "--threads", "1", recipe=micro_recipe)
     code, stderr = _finish(one)
     assert code == 0, stderr[-3000:]
-    two = _train(tmp_path / "two", "--steps", "3", "--procs", "2", recipe=recipe)
+    two = _train(tmp_path / "two", "--steps", "3", "--procs", "2", recipe=micro_recipe)
     code, stderr = _finish(two)
     assert code == 0, stderr[-3000:]  # which rank failed, and why
     single = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=False)
@@ -63,11 +58,9 @@ def test_two_ranks_train_the_examples_one_process_trains_and_keep_one_model(tmp_
 
 
 @pytest.mark.timeout(900)
-def test_a_stop_reaches_every_rank_the_checkpoint_is_saved_and_the_run_resumes(tmp_path):
-    recipe = tmp_path / "micro.json"
-    recipe.write_text(json.dumps(MICRO))
+def test_a_stop_reaches_every_rank_the_checkpoint_is_saved_and_the_run_resumes(tmp_path, micro_recipe):
     run = tmp_path / "run"
-    training = _train(run, "--steps", "100000", "--procs", "2", recipe=recipe)
+    training = _train(run, "--steps", "100000", "--procs", "2", recipe=micro_recipe)
     log = run / "log.jsonl"
     deadline = time.monotonic() + 300
     while not (log.exists() and log.read_text().count("\n") >= 2) and time.monotonic() < deadline:

@@ -2,6 +2,7 @@
 
 import atexit
 import os
+import resource
 import signal
 import threading
 from pathlib import Path
@@ -36,6 +37,7 @@ def one_rank_fails(how: str, ranks) -> int:
     ranks.barrier()  # rank 0's trap is set before rank 1 can fail
     if ranks.rank == 1:
         if how == "aborts":
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file left in the working directory
             os.abort()
         raise RuntimeError("rank 1 fails on purpose")
     threading.Event().wait()

@@ -36,7 +36,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from .parallel import Ranks, launch
+from .parallel import STOPPED, Ranks, launch
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ def train(args: argparse.Namespace, recipe: dict, ranks: Ranks | None = None) ->
             save()
             progress.close()
             log.info("stopped at step %d; checkpoint saved, run the same command to resume", step)
-            return 130
+            return STOPPED
         examples = [stream.example(step * batch_size + k) for k in ranks.share(batch_size)]
         batch = collate([e.prompt_ids for e in examples], [e.canvas_ids for e in examples], tokenizer.pad_token_id,
                         end_id)

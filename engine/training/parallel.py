@@ -11,8 +11,9 @@ around the forward hooks DDP relies on.
 
 `Ranks` is a world of one when training is not distributed; every call is then the identity, so a
 one-process run is exactly what it was. `launch` starts the ranks (spawn start method), forwards
-SIGINT/SIGTERM to them (the ranks agree to stop at the same step; rank 0 saves), stops the others
-when one fails, and returns rank 0's exit status. Knows torch; knows nothing of the recipe.
+SIGINT/SIGTERM to them (the ranks agree to stop at the same step; rank 0 saves), ends them
+together (a last barrier before any tears its connections down), kills the others when one fails,
+and returns the first failed rank's status, else rank 0's. Knows torch; knows nothing of the recipe.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 
 log = logging.getLogger(__name__)
@@ -106,10 +108,69 @@ class Ranks:
             raise RuntimeError(f"rank {self.rank}: the ranks' weights differ ({low.item()} against {high.item()})")
 
 
-def launch(target: Callable, args, world: int) -> int:
-    """Run `target(args, ranks)` in `world` spawned processes; rank 0's exit status."""
+STOPPED = 130
+"""A rank's exit status when a stop request (SIGINT/SIGTERM) ended the run: every rank agreed on the step
+(train.py) and rank 0 saved, so it is a clean end, as 0 is."""
+
+
+@dataclass(frozen=True)
+class RankEnd:
+    """How one rank's process ended."""
+
+    rank: int
+    exitcode: int
+    """The process's exit status; negative: the signal that killed it (multiprocessing's convention)."""
+    stopped_by_launch: bool
+    """launch killed it because another rank had failed first."""
+
+    @property
+    def failed(self) -> bool:
+        return not self.stopped_by_launch and self.exitcode not in (0, STOPPED)
+
+    @property
+    def status(self) -> int:
+        """As a shell reports it: 128 + the signal for a rank a signal killed."""
+        return 128 - self.exitcode if self.exitcode < 0 else self.exitcode
+
+    def __str__(self) -> str:
+        if self.exitcode < 0:
+            return f"rank-{self.rank} died of {signal.Signals(-self.exitcode).name}"
+        return f"rank-{self.rank} exited with status {self.exitcode}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """Every rank's end, in the order launch saw them end."""
+
+    ends: tuple[RankEnd, ...]
+
+    @property
+    def first_failure(self) -> RankEnd | None:
+        return next((end for end in self.ends if end.failed), None)
+
+    @property
+    def status(self) -> int:
+        """The run's exit status: the first failed rank's, else rank 0's (every rank's: 0, or 130 after a stop)."""
+        failure = self.first_failure
+        return failure.status if failure else next(end.status for end in self.ends if end.rank == 0)
+
+
+def launch(target: Callable, args: tuple, world: int) -> int:
+    """Run `target(*args, ranks=...)` in `world` spawned processes; the run's exit status (`Outcome.status`)."""
+    return run_ranks(target, args, world).status
+
+
+def run_ranks(target: Callable, args: tuple, world: int) -> Outcome:
+    """Run `target(*args, ranks=...)` in `world` spawned processes until every one has ended.
+
+    SIGINT/SIGTERM sent to this process are forwarded to the ranks, which agree on a step to stop at.
+    When a rank fails, the others are killed at once (SIGKILL): a rank waits for every other in each
+    collective, and train.py's ranks trap SIGTERM to stop at a step all of them agree on, which a dead
+    rank never joins; so SIGTERM (what `Process.terminate` sends) would leave them blocked, and a grace
+    would only delay the same kill. Nothing is lost that a resume needs: a checkpoint is replaced by a
+    rename (train.py), so a rank killed while saving leaves the previous one."""
     import multiprocessing
-    import time
+    from multiprocessing.connection import wait
 
     context = multiprocessing.get_context("spawn")
     port = _free_port()
@@ -119,32 +180,43 @@ def launch(target: Callable, args, world: int) -> int:
         process.start()
 
     def forward(signum, frame) -> None:
-        for process in processes:
-            if process.is_alive():
-                os.kill(process.pid, signum)
+        for rank in list(running.values()):
+            if processes[rank].exitcode is None:
+                os.kill(processes[rank].pid, signum)
 
+    running = {process.sentinel: rank for rank, process in enumerate(processes)}
+    ends: list[RankEnd] = []
+    killed: set[int] = set()
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        while any(process.is_alive() for process in processes):
-            failed = [p for p in processes if p.exitcode not in (None, 0, 130)]
-            if failed:  # the others would wait for it in their next all-reduce until gloo's timeout
-                log.error("%s failed (exit %s): stopping the other ranks", failed[0].name, failed[0].exitcode)
-                for process in processes:
-                    if process.is_alive():
-                        process.terminate()
-            time.sleep(0.2)
-        for process in processes:
-            process.join()
+        while running:
+            # Woken by each end as it happens, so `ends` is in the order the ranks ended (two ends seen at one
+            # wake-up go in rank order). The forwarding handler runs during the wait.
+            for rank in sorted(running.pop(sentinel) for sentinel in wait(list(running))):
+                processes[rank].join()
+                code = processes[rank].exitcode
+                ends.append(RankEnd(rank, code, stopped_by_launch=rank in killed and code == -signal.SIGKILL))
+            if not killed and any(end.failed for end in ends):
+                log.error("%s: stopping the other ranks", next(end for end in ends if end.failed))
+                for rank in running.values():
+                    processes[rank].kill()
+                    killed.add(rank)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    codes = [process.exitcode for process in processes]
-    return codes[0] if all(code == codes[0] for code in codes) else next(c for c in codes if c != 0) or 1
+    return Outcome(tuple(ends))
 
 
-def _rank_main(target: Callable, args, rank: int, world: int, port: int) -> None:
+def _rank_main(target: Callable, args: tuple, rank: int, world: int, port: int) -> None:
     import torch
     import torch.distributed as dist
+
+    # Before the process group exists: torch.distributed.nn's functions take `group=group.WORLD` as a default
+    # argument, bound when the module is imported. Imported later (transformers does, building the model), ten
+    # of them hold the process group past destroy_process_group, so gloo's threads (and rank 0's store server)
+    # run on into the interpreter's shutdown, where now and then one aborts the rank ("terminate called
+    # without an active exception", SIGABRT) after its work is done. Imported here, they hold None.
+    import torch.distributed.nn  # noqa: F401
 
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, stream=sys.stderr,
                         format=f"%(asctime)s %(levelname)s rank {rank} %(name)s: %(message)s")
@@ -153,8 +225,13 @@ def _rank_main(target: Callable, args, rank: int, world: int, port: int) -> None
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=timedelta(hours=2))
     try:
-        code = target(args, Ranks(rank, world))
+        code = target(*args, ranks=Ranks(rank, world))
+        # One end for all: no rank tears its connections down while another still works (rank 0 saving
+        # and exporting) or is still inside a collective with it.
+        dist.barrier()
     finally:
+        # On failure too (it is local): the last reference to the process group, whose release joins gloo's
+        # threads, so that none is left when the interpreter shuts down.
         dist.destroy_process_group()
     sys.exit(code)
 

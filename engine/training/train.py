@@ -36,7 +36,7 @@ import time
 from importlib import resources
 from pathlib import Path
 
-from .parallel import Ranks, launch
+from .parallel import STOPPED, Ranks, launch
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +132,29 @@ class ExampleStream:
 
 def run(args: argparse.Namespace) -> int:
     """`dgemma-lsp train`: in this process, or in `--procs` data-parallel ones (parallel.py)."""
+    recipe = run_recipe(args)  # read here, once: rank 0 rewrites recipe.json while the others would read it
     if args.procs > 1:
-        return launch(train, args, args.procs)
-    return train(args)
+        return launch(train, (args, recipe), args.procs)
+    return train(args, recipe)
 
 
-def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
-    """Train (or resume) the run; `ranks`: this process's place in a data-parallel run."""
+def run_recipe(args: argparse.Namespace) -> dict:
+    """The recipe the run trains by: a resume's own recipe.json unless --config names one, --steps applied."""
+    recipe_file = Path(args.run_dir) / "recipe.json"
+    if args.config is None and recipe_file.exists():  # a resume keeps its own recipe
+        recipe = json.loads(recipe_file.read_text())
+    else:
+        recipe = load_recipe(args.config)
+    if args.steps:  # the schedule's length (its cosine reads it): kept, so a plain resume follows the same schedule
+        recipe["train"]["steps"] = args.steps
+    return recipe
+
+
+def train(args: argparse.Namespace, recipe: dict, ranks: Ranks | None = None) -> int:
+    """Train (or resume) the run by `recipe` (`run_recipe`); `ranks`: this process's place in a data-parallel run.
+
+    In a data-parallel run every rank returns from here having made the same collective calls; rank 0
+    then still saves and exports while the others wait for it in parallel.py's final barrier."""
     import torch
 
     from .accelerator import Accelerator, CostMeter, Deadline, active_parameters
@@ -150,12 +166,6 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     ranks = ranks or Ranks()
     run_dir = Path(args.run_dir)
     recipe_file = run_dir / "recipe.json"
-    if args.config is None and recipe_file.exists():  # a resume keeps its own recipe
-        recipe = json.loads(recipe_file.read_text())
-    else:
-        recipe = load_recipe(args.config)
-    if args.steps:  # the schedule's length (its cosine reads it): kept, so a plain resume follows the same schedule
-        recipe["train"]["steps"] = args.steps
     seed = recipe["seed"]
     torch.set_num_threads(args.threads or torch.get_num_threads())
     data, schedule = recipe["data"], recipe["train"]
@@ -169,7 +179,9 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
     tokenizer_dir = run_dir / "tokenizer"
     if ranks.is_main:  # the others wait for its files
         run_dir.mkdir(parents=True, exist_ok=True)
-        recipe_file.write_text(json.dumps(recipe, indent=1) + "\n")  # what validation.py rebuilds and a resume reads
+        # What validation.py rebuilds and a resume reads; replaced by a rename, so a run killed mid-write keeps the old one.
+        recipe_file.with_suffix(".tmp").write_text(json.dumps(recipe, indent=1) + "\n")
+        recipe_file.with_suffix(".tmp").replace(recipe_file)
         if not (tokenizer_dir / "tokenizer.json").exists():
             assert shards is None, f"{tokenizer_dir} is missing: the shards were cut with a run's tokenizer"
             from ..model.tiny_model import CHAT_TEMPLATE
@@ -267,7 +279,7 @@ def train(args: argparse.Namespace, ranks: Ranks | None = None) -> int:
             save()
             progress.close()
             log.info("stopped at step %d; checkpoint saved, run the same command to resume", step)
-            return 130
+            return STOPPED
         if shards is None:
             examples = [stream.example(step * batch_size + k) for k in ranks.share(batch_size)]
             batch = collate([e.prompt_ids for e in examples], [e.canvas_ids for e in examples],

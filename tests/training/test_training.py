@@ -15,18 +15,6 @@ from dgemma_lsp.engine.training.corpus import CodeFile, is_permissive
 from dgemma_lsp.engine.training.examples import KINDS, ExampleMaker, choose_hole, end_of_turn_id
 from dgemma_lsp.engine.training.objective import collate, diffusion_loss, softcapped_logits
 
-MICRO = {
-    "seed": 0,
-    "data": {"languages": ["python"], "corpusBytes": 300000, "tokenizerVocab": 600, "maxPromptTokens": 256,
-             "contextTokens": [32, 96]},
-    "model": {"hidden": 32, "intermediate": 64, "layers": 2, "heads": 2, "kvHeads": 1, "headDim": 16,
-              "slidingWindow": 32, "experts": 2, "topK": 1, "moeIntermediate": 32, "canvas": 16, "spareIds": 64},
-    "train": {"steps": 3, "batch": 2, "lr": 0.003, "warmup": 1, "weightDecay": 0.1, "clipNorm": 1.0,
-              "selfConditioning": 0.5, "encoderLossWeight": 1.0, "eps": 0.001, "checkpointEvery": 1,
-              "snapshotEveryCpuS": 10**6},  # no snapshot on the way: only the one each schedule ends with
-    "generation": {"steps": 4, "entropyBound": 0.1},
-}
-
 SAMPLE = '''import os
 
 
@@ -217,11 +205,9 @@ def _train(run_dir: Path, recipe: Path | None, steps: int) -> None:
 
 
 @pytest.mark.timeout(1500)  # four subprocesses of up to 300 s each
-def test_a_run_resumes_where_it_stopped_and_its_model_loads(tmp_path):
-    recipe = tmp_path / "micro.json"
-    recipe.write_text(json.dumps(MICRO))
-    _train(tmp_path / "straight", recipe, 3)
-    _train(tmp_path / "resumed", recipe, 2)
+def test_a_run_resumes_where_it_stopped_and_its_model_loads(tmp_path, micro_recipe):
+    _train(tmp_path / "straight", micro_recipe, 3)
+    _train(tmp_path / "resumed", micro_recipe, 2)
     assert json.loads((tmp_path / "resumed" / "recipe.json").read_text())["train"]["steps"] == 2  # a resume keeps it
     _train(tmp_path / "resumed", None, 3)  # no --config: the run's own recipe (the default one has another shape)
     straight = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=False)

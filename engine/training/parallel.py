@@ -2,7 +2,7 @@
 
 Why: on the 2-core development machine the long run's recipe took 1.43-1.62 CPU-s (and wall
 seconds) a step in one process of one thread; in two ranks it takes 0.84-1.08 wall seconds a step
-for 1.5-2.0 CPU-s (session 44, bench/RESULTS.md): 1.5-1.8x the steps an hour, for up to a fifth
+for 1.5-2.0 CPU-s (bench/RESULTS.md, "Training speed"): 1.5-1.8x the steps an hour, for up to a fifth
 more CPU a step. (Two threads in one process: 1.5x for a third more, before the examples, which
 one thread cuts.) torch.distributed's gloo backend carries one all-reduce of the flattened
 gradients a step and the step's counters.

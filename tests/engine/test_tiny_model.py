@@ -15,9 +15,9 @@ from dgemma_lsp.engine.model import tiny_model
 from dgemma_lsp.engine.runtime.service import InfillService
 from dgemma_lsp.engine.training import ship
 from dgemma_lsp.engine.weights import loading
+from tests.training.conftest import MICRO
 
 REPO = Path(__file__).resolve().parents[2]
-RUN = REPO / "runs" / "tiny-code-cpu"
 SHIPPED_FILES = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
                  "tokenizer_config.json", "chat_template.jinja", "corpus.json", "training.json"}
 
@@ -102,14 +102,20 @@ def test_tiny_denoises_through_the_command_line_and_answers_only_printable_text(
 
 
 def test_ship_replaces_the_model_folder_with_a_snapshot_and_refuses_an_oversized_one(tmp_path, monkeypatch):
+    run = tmp_path / "run"  # a real run of the micro recipe, two steps: what `ship` takes from any run
+    recipe = tmp_path / "micro.json"
+    recipe.write_text(json.dumps(MICRO))
+    done = subprocess.run([sys.executable, "-m", "dgemma_lsp.server.cli", "train", str(run), "--config", str(recipe),
+                           "--steps", "2", "--threads", "1", "--quiet"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
     target = tmp_path / "tiny"
-    record = ship.ship(RUN, ship.snapshot_path(RUN, "checkpoint.pt"), target)
-    state = torch.load(RUN / "checkpoint.pt", weights_only=False, map_location="cpu")
+    record = ship.ship(run, ship.snapshot_path(run, "checkpoint.pt"), target)
+    state = torch.load(run / "checkpoint.pt", weights_only=False, map_location="cpu")
     assert record["steps"] == state["step"] and record["cpuSeconds"] == state["cpuSeconds"]
     assert {path.name for path in target.iterdir()} == SHIPPED_FILES
     service = InfillService(str(target))
     service.load()
-    assert service.status().context_tokens == max(json.loads((RUN / "recipe.json").read_text())["data"]["contextTokens"])
+    assert service.status().context_tokens == max(json.loads((run / "recipe.json").read_text())["data"]["contextTokens"])
     model, _, _ = loading.load_model_and_tokenizer(str(target))
     loaded = model.state_dict()["model.decoder.embed_tokens.weight"]
     assert torch.equal(loaded, state["model"]["model.decoder.embed_tokens.weight"].to(torch.bfloat16).float())  # bf16 shipped
@@ -117,5 +123,5 @@ def test_ship_replaces_the_model_folder_with_a_snapshot_and_refuses_an_oversized
     before = (target / "training.json").read_text()
     monkeypatch.setattr(ship, "MAX_SHIPPED_BYTES", 1024)
     with pytest.raises(ValueError, match="over the"):
-        ship.ship(RUN, ship.snapshot_path(RUN, "checkpoint.pt"), target)
+        ship.ship(run, ship.snapshot_path(run, "checkpoint.pt"), target)
     assert (target / "training.json").read_text() == before and not (tmp_path / "tiny.new").exists()

@@ -48,7 +48,7 @@ def build_the_model(report: str, ranks) -> int:
     """Build the tiny DiffusionGemma in each rank once the ranks have met, as train.py builds its model (transformers
     then imports parts of torch.distributed), and write the threads still alive at the interpreter's shutdown
     (atexit runs after parallel.py's teardown) to `report`-RANK."""
-    from dgemma_lsp.engine.runtime.tiny_model import build_tiny_model
+    from dgemma_lsp.engine.model.tiny_model import build_tiny_model
 
     build_tiny_model()
     ranks.sum([1.0])

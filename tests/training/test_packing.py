@@ -27,7 +27,8 @@ from dgemma_lsp.engine.training.shards import (
     read_shard,
     write_shard,
 )
-from tests.training.test_training import MICRO, SAMPLE
+from tests.training.conftest import MICRO
+from tests.training.test_training import SAMPLE
 
 
 @pytest.fixture(scope="module")

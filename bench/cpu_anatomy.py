@@ -2,8 +2,10 @@
 or everything else. For `bench latency --anatomy`: is a slow keystroke the server's or the machine's?
 
 Linux's scheduler statistics, read from outside the measured processes (no code runs in them):
-`/proc/PID/task/TID/schedstat` gives each thread's nanoseconds on a core and nanoseconds runnable but
-waiting for one; `/proc/stat` gives the cores' busy time (in clock ticks, 10 ms: the coarse figure here)
+`/proc/PID/task/TID/schedstat` gives each living thread's nanoseconds on a core and nanoseconds runnable
+but waiting for one; `/proc/PID/stat` gives the whole process's user and system time, threads that have
+ended included (to a clock tick; a thread that starts and ends inside a window has no schedstat left to
+read at its end, so a process's CPU is the larger of the two); `/proc/stat` gives the cores' busy time (in clock ticks, 10 ms: the coarse figure here)
 and the time the hypervisor gave to other machines (steal). Between two readings of a window:
 - the server's event-loop thread (its main thread): on a core, and waiting for one;
 - the server's other threads (the syntax worker, pygls' pool) on a core;
@@ -35,6 +37,8 @@ def available() -> bool:
 class _Reading:
     threads: dict[str, dict[int, tuple[int, int]]]
     """Per watched process: thread id -> (ns on a core, ns waiting for one)."""
+    process_cpu_ns: dict[str, float]
+    """Per watched process: user + system time of all its threads, ended ones included (clock ticks)."""
     cores_busy_ns: float
     steal_ns: float
 
@@ -69,7 +73,8 @@ class CpuWatch:
         self.server_pid = server_pid
 
     def read(self) -> _Reading:
-        return _Reading({name: _threads(pid) for name, pid in self.processes.items()}, *_cores())
+        return _Reading({name: _threads(pid) for name, pid in self.processes.items()},
+                        {name: _process_cpu(pid) for name, pid in self.processes.items()}, *_cores())
 
     def anatomy(self, before: _Reading, after: _Reading, wall_s: float) -> Anatomy:
         def spent(name: str) -> dict[int, tuple[int, int]]:
@@ -77,11 +82,15 @@ class CpuWatch:
             return {tid: (cpu - old.get(tid, (0, 0))[0], wait - old.get(tid, (0, 0))[1])
                     for tid, (cpu, wait) in new.items()}
 
-        server = spent("server")
-        loop_cpu, loop_wait = server.get(self.server_pid, (0, 0))
-        other_server = sum(cpu for tid, (cpu, _) in server.items() if tid != self.server_pid)
-        daemon = sum(cpu for cpu, _ in spent("daemon").values())
-        client = sum(cpu for cpu, _ in spent("client").values())
+        def whole(name: str) -> float:
+            """The process's CPU, ended threads included: /proc/PID/stat's figure when it is the larger."""
+            threads = sum(cpu for cpu, _ in spent(name).values())
+            return max(threads, after.process_cpu_ns.get(name, 0.0) - before.process_cpu_ns.get(name, 0.0))
+
+        loop_cpu, loop_wait = spent("server").get(self.server_pid, (0, 0))
+        other_server = max(0.0, whole("server") - loop_cpu)
+        daemon = whole("daemon")
+        client = whole("client")
         ours = loop_cpu + other_server + daemon + client
         busy = after.cores_busy_ns - before.cores_busy_ns
         return Anatomy(wall_ms=_ms(wall_s * 1e9), loop_cpu_ms=_ms(loop_cpu), loop_wait_ms=_ms(loop_wait),
@@ -111,6 +120,16 @@ def _threads(pid: int) -> dict[int, tuple[int, int]]:
             continue  # the thread ended between the listing and the read
         found[int(tid)] = (int(cpu), int(wait))
     return found
+
+
+def _process_cpu(pid: int) -> float:
+    """utime + stime of the whole process (fields 14 and 15 of /proc/PID/stat), in ns."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return 0.0
+    fields = text.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) * TICK_NS
 
 
 def _cores() -> tuple[float, float]:

@@ -47,8 +47,10 @@ if [ -z "${SKIP_INSTALL:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 mkdir -p /tmp/pkg/dgemma_lsp; for d in server engine bench; do ln -sfn "$PWD/$d" /tmp/pkg/dgemma_lsp/$d; done
 export PYTHONPATH=/tmp/site:/tmp/pkg${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-# focus.ensure_installed's pip finds the focus corpus's carried wheels (no network there; train-tiny-wheels.sh).
-export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl/focus" DGEMMA_LSP_CACHE=${DGEMMA_LSP_CACHE:-/tmp/dgemma-cache}
+# focus.ensure_installed's pip finds the focus corpus's carried wheels (no network on the device machine;
+# train-tiny-wheels.sh); a rehearsal without them (CI) takes them from the machine's own index.
+if [ -d .whl/focus ]; then export PIP_NO_INDEX=1 PIP_FIND_LINKS="$PWD/.whl/focus"; fi
+export DGEMMA_LSP_CACHE=${DGEMMA_LSP_CACHE:-/tmp/dgemma-cache}
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null; echo "cores $(nproc)"
   $PY -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name() if torch.cuda.is_available() else 'no cuda')"
 } 2>&1

@@ -1,14 +1,14 @@
-"""The held-out figures a recipe is judged by (engine/training/validation.py), on the committed run's weights."""
+"""The held-out figures a recipe is judged by (engine/training/validation.py), on the shipped tiny model's weights."""
 
-from pathlib import Path
+import json
 
 import pytest
 import torch
+from transformers import AutoTokenizer, DiffusionGemmaForBlockDiffusion
 
+from dgemma_lsp.engine.model.tiny_model import shipped_tiny_dir
 from dgemma_lsp.engine.training.examples import end_of_turn_id
-from dgemma_lsp.engine.training.validation import VALIDATION_SEED, load_weights, score, validation_examples
-
-RUN = Path(__file__).resolve().parents[2] / "runs" / "tiny-code-cpu"
+from dgemma_lsp.engine.training.validation import VALIDATION_SEED, score, validation_examples
 
 
 @pytest.mark.timeout(300)
@@ -16,7 +16,10 @@ def test_left_to_right_accuracy_is_the_decoders_reading_of_a_partly_written_canv
     """Batched over left-padded prompts with one encoding for every k, it is what the model's own forward
     gives hole by hole: the true answer left of k, the metric's noise from k on, the argmax at k."""
     torch.set_num_threads(1)
-    model, tokenizer, recipe, _ = load_weights(RUN, RUN / "checkpoint.pt")  # trained weights: hits are not all 0
+    folder = shipped_tiny_dir()  # trained weights: hits are not all 0
+    model = DiffusionGemmaForBlockDiffusion.from_pretrained(folder, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    recipe = json.loads((folder / "training.json").read_text())["recipe"]
     end = end_of_turn_id(tokenizer)
     examples = validation_examples(tokenizer, 32, tuple(recipe["data"]["heldOutSources"]), count=16)
     figures = score(model, examples, tokenizer.pad_token_id, end)

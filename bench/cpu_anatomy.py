@@ -104,7 +104,10 @@ def verdict(anatomy: Anatomy) -> str:
         return "server: its event loop was running"
     if anatomy.others_cpu_ms + anatomy.steal_ms > anatomy.server_other_cpu_ms + anatomy.daemon_cpu_ms + anatomy.client_cpu_ms:
         return "machine: the loop waited for a core while other processes (or the hypervisor) had them"
-    return "ours: the loop waited for a core while our own threads ran"
+    ours = {"the server's other threads": anatomy.server_other_cpu_ms, "the engine daemon": anatomy.daemon_cpu_ms,
+            "the benchmark": anatomy.client_cpu_ms}
+    most = max(ours, key=ours.__getitem__)
+    return f"ours: the loop waited for a core while our own threads ran, most of all {most}"
 
 
 def _threads(pid: int) -> dict[int, tuple[int, int]]:

@@ -168,6 +168,10 @@ class Completer:
             return prepared, base.snapshot() if base is syntax else base
 
         async def work() -> list[Suggestion]:
+            with document.worker.answering():
+                return await answer_now()
+
+        async def answer_now() -> list[Suggestion]:
             if document.revision == revision:
                 prepared, frozen = await document.in_worker(prepare)
             else:
@@ -232,7 +236,8 @@ class Completer:
             )
         )
         try:
-            result = await self.engine.denoise(prepared)
+            with document.worker.answering():
+                result = await self.engine.denoise(prepared)
         except EngineUnavailableError as error:
             log.info("no rewrite: %s", error)
             return None

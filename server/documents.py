@@ -7,8 +7,8 @@ rebuilt), then queued for the syntax worker. The worker owns every `SyntaxDocume
 keystrokes costs one reparse: `SyntaxDocument.edit` per change, one `reparse`), and
 runs the jobs the completions ask for (plan, context, finishing) after the changes
 their request saw, never later ones. When a bounded reparse left a document `stale`,
-the worker catches up in its free time: once the client has sent nothing for QUIET_S,
-and it stops as soon as a job waits or the client speaks again. (Tree-sitter holds
+the worker catches up in its free time: once the client has sent nothing for QUIET_S and no
+request waits for the engine, and it stops as soon as a job waits or the client speaks again. (Tree-sitter holds
 the GIL while it parses and hands it over only between progress callbacks, after the
 switch interval: a catch-up running while the loop handles a keystroke would make the
 loop wait for the GIL at every step of that keystroke.)
@@ -24,6 +24,7 @@ str offsets (through positions.py). Knows no pygls types, and no model.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import queue
 import sys
@@ -75,6 +76,8 @@ class SyntaxWorker:
         background work gives way to. Background jobs waiting for quiet do not count, or two of
         them would each give way to the other, re-posting themselves in turn while the client
         types (a worker spinning a core and taking the GIL from the event loop at every keystroke)."""
+        self._answering = 0
+        """Requests waiting for the engine (`answering`): background work waits for them too."""
         self._thread: threading.Thread | None = None
         self._client_spoke_at = 0.0
         self._job_arrived = threading.Event()
@@ -90,10 +93,29 @@ class SyntaxWorker:
         """The event loop got a message from the client: background work yields until it is quiet."""
         self._client_spoke_at = self.clock()
 
+    @contextlib.contextmanager
+    def answering(self):
+        """Around a request's wait for the engine (event loop side): no background work starts meanwhile,
+        and quiet is counted from its end. The client is quiet then because it waits for us; a workspace
+        index step begun in that wait held the worker (and the GIL, in tree-sitter's parse) when the
+        answer's own jobs arrived: `bench latency` typing in the standard library's folder, the slowest
+        keystrokes were those whose answer came while the stdlib's index was being built."""
+        with self._settle_lock:
+            self._answering += 1
+        try:
+            yield
+        finally:
+            with self._settle_lock:
+                self._answering -= 1
+                self._client_spoke_at = max(self._client_spoke_at, self.clock())
+            self._job_arrived.set()
+
     @property
     def busy(self) -> bool:
-        """Whether background work should stop: a job waits, or the client spoke within QUIET_S."""
-        return self._foreground > 0 or self.clock() - self._client_spoke_at < self.quiet_s
+        """Whether background work should stop: a job waits, a request waits for the engine, or the client
+        spoke within QUIET_S."""
+        return (self._foreground > 0 or self._answering > 0
+                or self.clock() - self._client_spoke_at < self.quiet_s)
 
     def wait_for_quiet(self, quiet_s: float | None = None) -> bool:
         """On the worker: wait (GIL released) until the client has been quiet for QUIET_S (or `quiet_s`);
@@ -103,11 +125,11 @@ class SyntaxWorker:
                 if self._foreground > 0:
                     return False
                 left = (self.quiet_s if quiet_s is None else quiet_s) - (self.clock() - self._client_spoke_at)
-                if left <= 0:
+                if left <= 0 and self._answering == 0:
                     self.settled.clear()  # quiet came while it waited: the worker acts again
                     return True
                 self.settled.set()
-            self._job_arrived.wait(left)
+            self._job_arrived.wait(None if self._answering else left)  # an answer's end wakes it
             self._job_arrived.clear()  # a job put meanwhile is still seen by the empty() check
 
     def run(self, job: Callable[[], T]) -> asyncio.Future[T]:

@@ -177,7 +177,8 @@ class NextEditor:
                 def forward(draft: Draft) -> None:
                     on_draft(draft.step, finish_next_edit(prepared, text, draft.text))
             try:
-                result = await self.engine.denoise(prepared.request, forward)
+                with document.worker.answering():
+                    result = await self.engine.denoise(prepared.request, forward)
             except EngineUnavailableError as error:
                 log.info("no next edit: %s", error)
                 return None

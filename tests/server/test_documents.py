@@ -229,3 +229,33 @@ async def test_background_jobs_waiting_for_quiet_give_way_to_requests_not_to_eac
     assert await asyncio.to_thread(worker.settled.wait, 60)
     assert runs == ["index", "catch-up", "index"]  # each gave way to the request once, then waits again
     worker.close()
+
+
+async def test_background_work_waits_while_a_request_waits_for_the_engine():
+    """The client is quiet while it waits for an answer: background work (the workspace index's build)
+    begun in that wait held the worker when the answer's own jobs came (`bench latency`'s slowest
+    keystrokes). It starts only once no request waits and the client has been quiet since the answer."""
+    clock = ManualClock()
+    worker = SyntaxWorker(clock)
+    ran = threading.Event()
+
+    def background() -> None:
+        if worker.wait_for_quiet():
+            ran.set()
+        else:
+            worker.post(background, background=True)
+
+    worker.client_spoke()
+    with worker.answering():  # a keystroke's request, waiting for the engine
+        worker.post(background, background=True)
+        clock.advance(10 * QUIET_S)  # the client says nothing meanwhile
+        worker.post(lambda: None, background=True)  # a wake-up: the background job looks again
+        assert await asyncio.to_thread(worker.settled.wait, 60), "the syntax worker never settled"
+        assert not ran.is_set() and worker.busy
+    worker.post(lambda: None, background=True)  # the answer came: the background job looks again
+    assert await asyncio.to_thread(worker.settled.wait, 60), "the syntax worker never settled"
+    assert not ran.is_set()  # quiet is counted from the answer, not from the keystroke
+    clock.advance(QUIET_S)
+    worker.post(lambda: None, background=True)
+    assert await asyncio.to_thread(ran.wait, 60), "background work never ran after the answer"
+    worker.close()

@@ -168,7 +168,7 @@ class Completer:
             return prepared, base.snapshot() if base is syntax else base
 
         async def work() -> list[Suggestion]:
-            with document.worker.answering():
+            with document.worker.answering(self.engine.status().state):
                 return await answer_now()
 
         async def answer_now() -> list[Suggestion]:
@@ -236,7 +236,7 @@ class Completer:
             )
         )
         try:
-            with document.worker.answering():
+            with document.worker.answering(self.engine.status().state):
                 result = await self.engine.denoise(prepared)
         except EngineUnavailableError as error:
             log.info("no rewrite: %s", error)

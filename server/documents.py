@@ -94,12 +94,17 @@ class SyntaxWorker:
         self._client_spoke_at = self.clock()
 
     @contextlib.contextmanager
-    def answering(self):
+    def answering(self, engine_state: str):
         """Around a request's wait for the engine (event loop side): no background work starts meanwhile,
         and quiet is counted from its end. The client is quiet then because it waits for us; a workspace
         index step begun in that wait held the worker (and the GIL, in tree-sitter's parse) when the
         answer's own jobs arrived: `bench latency` typing in the standard library's folder, the slowest
-        keystrokes were those whose answer came while the stdlib's index was being built."""
+        keystrokes were those whose answer came while the stdlib's index was being built.
+        Only while the engine is loaded (`engine_state` ready or busy): a request waiting for a model's
+        load (minutes) must not hold the index back meanwhile."""
+        if engine_state not in ("ready", "busy"):
+            yield
+            return
         with self._settle_lock:
             self._answering += 1
         try:

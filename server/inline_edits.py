@@ -177,7 +177,7 @@ class NextEditor:
                 def forward(draft: Draft) -> None:
                     on_draft(draft.step, finish_next_edit(prepared, text, draft.text))
             try:
-                with document.worker.answering():
+                with document.worker.answering(self.engine.status().state):
                     result = await self.engine.denoise(prepared.request, forward)
             except EngineUnavailableError as error:
                 log.info("no next edit: %s", error)

@@ -246,7 +246,7 @@ async def test_background_work_waits_while_a_request_waits_for_the_engine():
             worker.post(background, background=True)
 
     worker.client_spoke()
-    with worker.answering():  # a keystroke's request, waiting for the engine
+    with worker.answering("ready"):  # a keystroke's request, waiting for a loaded engine
         worker.post(background, background=True)
         clock.advance(10 * QUIET_S)  # the client says nothing meanwhile
         worker.post(lambda: None, background=True)  # a wake-up: the background job looks again
@@ -258,4 +258,24 @@ async def test_background_work_waits_while_a_request_waits_for_the_engine():
     clock.advance(QUIET_S)
     worker.post(lambda: None, background=True)
     assert await asyncio.to_thread(ran.wait, 60), "background work never ran after the answer"
+    worker.close()
+
+
+async def test_a_request_waiting_for_the_models_load_does_not_hold_background_work_back():
+    clock = ManualClock()
+    worker = SyntaxWorker(clock)
+    ran = threading.Event()
+
+    def background() -> None:
+        if worker.wait_for_quiet():
+            ran.set()
+        else:
+            worker.post(background, background=True)
+
+    worker.client_spoke()
+    with worker.answering("loading"):  # the first keystroke's request waits for the model (minutes)
+        worker.post(background, background=True)
+        clock.advance(QUIET_S)
+        worker.post(lambda: None, background=True)
+        assert await asyncio.to_thread(ran.wait, 60), "the index waited for the model's load"
     worker.close()

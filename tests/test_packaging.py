@@ -11,12 +11,14 @@ from dgemma_lsp.engine.model import tiny_model
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_the_wheel_carries_the_data_files(tmp_path):
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path),
+def test_the_wheel_carries_the_data_files_and_the_build_has_no_complaint(tmp_path):
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w", str(tmp_path),
          str(REPO)],
-        check=True, capture_output=True, timeout=300,
+        check=True, capture_output=True, text=True, timeout=300,
     )
+    # Every install printed setuptools' banner while a data folder was not declared a package.
+    assert "absent from the `packages` configuration" not in built.stdout + built.stderr
     (wheel,) = tmp_path.glob("*.whl")
     names = zipfile.ZipFile(wheel).namelist()
 

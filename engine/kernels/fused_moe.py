@@ -285,6 +285,8 @@ def fused_experts(
     gate_up_mins: torch.Tensor | None = None,
     down_mins: torch.Tensor | None = None,
     activations: str = "none",
+    down_mode: str | None = None,
+    down_activations: str | None = None,
 ) -> torch.Tensor:
     """The DiffusionGemma experts forward on packed weights (`quant_formats` layouts): `[T, H]` -> `[T, H]`.
 
@@ -292,6 +294,8 @@ def fused_experts(
     (v = values per stored element). Per pair: gelu_tanh(x @ gate.T) * (x @ up.T) @ down.T * routing
     weight, summed over the token's top_k pairs. `mins` (int4 only) select the affine form;
     `activations` "int8" / "fp8" quantize them per row in the kernels (w8a8, the weights' own kind).
+    `down_mode` / `down_activations` (default: `mode`, `activations`) where down is stored in another mode
+    than gate_up (an imported GGUF: Q4_K gate_up as affine int4, Q5_0 / Q8_0 / Q6_K down as int8).
     """
     assert hidden_states.dim() == 2 and top_k_index.shape == top_k_weights.shape, (
         "expects [T, H] and [T, top_k]"
@@ -305,16 +309,18 @@ def fused_experts(
     inter = two_inter // 2
     routing = align_routing(top_k_index, num_experts, block_m_for(tokens * top_k, num_experts))
     pairs = routing.num_pairs
-    weights = _weight_kind(mode, gate_up_mins)
+    down_mode = down_mode or mode
+    down_activations = activations if down_activations is None else down_activations
     intermediate = torch.ops.dgemma.expert_gemm(
         hidden_states, gate_up_data, gate_up_scales, gate_up_mins, routing.sorted_pairs, routing.block_experts,
         routing.rows_used, None, num_rows=pairs, out_rows=pairs, n=inter, a_row_div=top_k, out_row_div=1,
-        block_m=routing.block_m, weights=weights, activations=activations, gated=True,
+        block_m=routing.block_m, weights=_weight_kind(mode, gate_up_mins), activations=activations, gated=True,
     )  # fmt: skip  # [P, I]: gelu_tanh(x @ gate.T) * (x @ up.T)
     output = torch.ops.dgemma.expert_gemm(
         intermediate, down_data, down_scales, down_mins, routing.sorted_pairs, routing.block_experts,
         routing.rows_used, top_k_weights, num_rows=pairs, out_rows=tokens, n=hidden, a_row_div=1,
-        out_row_div=top_k, block_m=routing.block_m, weights=weights, activations=activations, gated=False,
+        out_row_div=top_k, block_m=routing.block_m, weights=_weight_kind(down_mode, down_mins),
+        activations=down_activations, gated=False,
     )  # fmt: skip  # [T, H] fp32: routing weights and the top-k sum applied
     return output.to(hidden_states.dtype)
 

@@ -44,17 +44,20 @@ Imported checkpoints (formats/) fill the same modules in the form that holds
 their values exactly: each projection in its own mode (a GGUF Q4_K_M's experts
 hold Q4_K gate_up as affine int4 and Q5_0 / Q8_0 / Q6_K down as int8:
 `QuantizedExperts.down_mode`), affine int4 with a `mins` buffer beside the
-scales, and scales in the dtype the checkpoint needs (fp16, float32), which
-the kernels read as they read bf16. `--quantization` itself packs every
-projection of a model in one symmetric mode with bf16 scales.
+scales, two-level scales (`super_scales` / `super_mins`: Q4_K's fp16 d and
+-dmin per 256 inputs over uint8 sc and m per 32) and scales in the dtype the
+checkpoint needs (fp16, float32), all of which the kernels read as they read
+bf16 (`quant_formats`). `--quantization` itself packs every projection of a
+model in one symmetric mode with bf16 scales.
 
 Save format (a folder, version 4): `quantized-NNNNN.safetensors` shards hold
 every parameter and buffer of the model once (non-persistent buffers too, so a
-skeleton built on the meta device loads completely; mins where a module has
-them); `quantization.json` records the format version, the mode, the group
-size, the shard files, the modules replaced (with each experts module's down
-mode) and which names alias which tensor. Saving and loading go one shard at a
-time, so neither ever holds the whole model in host memory.
+skeleton built on the meta device loads completely); `quantization.json`
+records the format version, the mode, the group size, the shard files, the
+modules replaced (with each experts module's down mode) and which names alias
+which tensor (mins and super scales are buffers like the scales, absent where a
+module has none). Saving and loading go one shard at a time, so neither ever
+holds the whole model in host memory.
 """
 
 from __future__ import annotations
@@ -88,7 +91,8 @@ Backend = Literal["auto", "torch", "triton"]
 MODES: tuple[Mode, ...] = ("none", "fp8", "int8", "int4")
 DEFAULT_GROUP_SIZE = 128
 SAVE_FORMAT_VERSION = 4
-"""4: per-projection modes (an experts module's `down_mode` in the manifest) and affine int4's `*_mins` buffers;
+"""4: per-projection modes (an experts module's `down_mode` in the manifest), affine int4's `*_mins` and two-level
+scales' `*_super_scales` / `*_super_mins` buffers;
 3: int4 in the kernel's tile layout (int16 words) and every scale group-major `[..., K / g, N]`
 (quant_formats); 2: sharded (`files` in the manifest), no vision tower; 1 was one file with everything.
 A cache of another version is rebuilt from the checkpoint (loading.py)."""
@@ -107,11 +111,11 @@ class QuantizationReport(msgspec.Struct, frozen=True):
     expert_bytes_before: int
     """Fused expert tensors before quantization, counted once per tied tensor, in their loaded dtype."""
     expert_bytes_after: int
-    """Packed expert data + scales (+ mins)."""
+    """Packed expert data + scales (+ mins and super scales where a projection has them)."""
     linear_bytes_before: int
     """Quantized attention/MLP linears before, counted once per tied tensor."""
     linear_bytes_after: int
-    """Packed linear data + scales (+ mins)."""
+    """Packed linear data + scales (+ mins and super scales)."""
     expert_modules: int
     """Distinct expert modules quantized (one per layer: encoder and decoder share it)."""
     linear_modules: int
@@ -136,7 +140,7 @@ class QuantizedExperts(nn.Module):
     is dequantized to the activations' dtype just before its two matmuls.
     gate_up is in `mode`, down in `down_mode` (the same unless an imported
     checkpoint stores them in different types); a projection with `*_mins`
-    is affine int4.
+    is affine int4, one with `*_super_scales` has two-level scales.
     """
 
     def __init__(self, *, mode: str, num_experts: int, act_fn: nn.Module, down_mode: str | None = None) -> None:
@@ -159,8 +163,10 @@ class QuantizedExperts(nn.Module):
         self.register_buffer("down_data", torch.empty(0, dtype=torch.uint8))
         self.register_buffer("down_scales", torch.empty(0))
         # Affine int4 only (weight = scale * code + min), shaped like the scales; None: symmetric / 8-bit.
-        self.register_buffer("gate_up_mins", None)
-        self.register_buffer("down_mins", None)
+        # Two-level scales (quant_formats): `[E, K / S, N]` per S inputs; None: one level.
+        for which in ("gate_up", "down"):
+            for part in _OPTIONAL_PARTS:
+                self.register_buffer(f"{which}_{part}", None)
 
     @classmethod
     def from_experts(cls, experts: nn.Module, mode: str, group_size: int) -> QuantizedExperts:
@@ -178,25 +184,23 @@ class QuantizedExperts(nn.Module):
         return self.down_mode if which == "down" else self.mode
 
     def resident_bytes(self) -> int:
-        return sum(packed_bytes(*self._packed(which)) for which in ("gate_up", "down"))
+        return sum(_packed_parts_bytes(self, which) for which in ("gate_up", "down"))
 
     def unpacked(self, which: str, dtype: torch.dtype, expert: int | None = None) -> torch.Tensor:
         """Projection `which` in `dtype`: the whole stack `[E, N, K]`, or one expert's `[N, K]`."""
-        data, scales, *mins = self._packed(which)
-        mins = mins[0] if mins else None
+        parts = {part: getattr(self, f"{which}_{part}") for part in ("data", "scales", *_OPTIONAL_PARTS)}
         if expert is not None:
-            data, scales, mins = data[expert], scales[expert], None if mins is None else mins[expert]
-        return dequantize(data, scales, self.mode_of(which), dtype, mins=mins)
+            parts = {part: None if t is None else t[expert] for part, t in parts.items()}
+        return dequantize(parts.pop("data"), parts.pop("scales"), self.mode_of(which), dtype, **parts)
 
     def expert_weights(self, expert: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """One expert's (gate_up `[2I, H]`, down `[H, I]`) in `dtype`."""
         return self.unpacked("gate_up", dtype, expert), self.unpacked("down", dtype, expert)
 
-    def _packed(self, which: str) -> tuple[torch.Tensor, ...]:
-        """(data, scales[, mins]) of projection `which`."""
-        mins = getattr(self, f"{which}_mins")
-        tensors = (getattr(self, f"{which}_data"), getattr(self, f"{which}_scales"))
-        return tensors if mins is None else (*tensors, mins)
+    def _super(self, which: str) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(super scales, super mins) of projection `which` for the kernels; None where it has one level."""
+        super_scales = getattr(self, f"{which}_super_scales")
+        return None if super_scales is None else (super_scales, getattr(self, f"{which}_super_mins"))
 
     def _projections(self) -> tuple[tuple[str, int, int], ...]:
         """(mode, group, K) of gate_up and down: what decides whether the kernels take them."""
@@ -222,6 +226,7 @@ class QuantizedExperts(nn.Module):
                 mode=self.mode, down_mode=self.down_mode,
                 activations=_activation_kind(self.quantize_activations, device, self.mode),
                 down_activations=_activation_kind(self.quantize_activations, device, self.down_mode),
+                gate_up_super=self._super("gate_up"), down_super=self._super("down"),
             )  # fmt: skip
         return self.forward_loop(hidden_states, top_k_index, top_k_weights)
 
@@ -272,6 +277,17 @@ class QuantizedExperts(nn.Module):
         return output
 
 
+_OPTIONAL_PARTS = ("mins", "super_scales", "super_mins")
+"""Buffers a packed projection has only in some forms (affine int4, two-level scales): None otherwise."""
+
+
+def _packed_parts_bytes(module: nn.Module, which: str) -> int:
+    """Resident bytes of projection `which` ("gate_up", "down", "weight") of a packed module: every part it has."""
+    parts = [getattr(module, f"{which}_{part}") for part in _OPTIONAL_PARTS]
+    return packed_bytes(getattr(module, f"{which}_data"), getattr(module, f"{which}_scales"),
+                        *(t for t in parts if t is not None))
+
+
 def _fake_quantized(rows: torch.Tensor, group: int, activations: str) -> torch.Tensor:
     """`rows` rounded as the w8a8 kernels round their activations (per row, per `group` inputs); as is for none."""
     if activations == "none":
@@ -312,7 +328,8 @@ def _quantize_per_expert(
 
 
 class QuantizedLinear(nn.Module):
-    """Drop-in for a bias-free `nn.Linear` holding a packed weight, dequantized per call (affine int4 with `weight_mins`)."""
+    """Drop-in for a bias-free `nn.Linear` holding a packed weight (in any form an experts projection takes),
+    dequantized per call."""
 
     def __init__(self, *, mode: str, in_features: int, out_features: int) -> None:
         super().__init__()
@@ -322,7 +339,8 @@ class QuantizedLinear(nn.Module):
         self.out_features = out_features
         self.register_buffer("weight_data", torch.empty(0, dtype=torch.uint8))
         self.register_buffer("weight_scales", torch.empty(0))
-        self.register_buffer("weight_mins", None)  # affine int4 only, shaped like the scales
+        for part in _OPTIONAL_PARTS:  # affine int4, two-level scales (QuantizedExperts)
+            self.register_buffer(f"weight_{part}", None)
         self.backend: Backend = "auto"
         """auto: the fused dequant-GEMM on CUDA where it applies, else dequantize + F.linear."""
         self.quantize_activations = True
@@ -336,12 +354,12 @@ class QuantizedLinear(nn.Module):
         return module
 
     def resident_bytes(self) -> int:
-        mins = () if self.weight_mins is None else (self.weight_mins,)
-        return packed_bytes(self.weight_data, self.weight_scales, *mins)
+        return _packed_parts_bytes(self, "weight")
 
     def unpacked(self, dtype: torch.dtype) -> torch.Tensor:
         """The weight `[out, in]` in `dtype`."""
-        return dequantize(self.weight_data, self.weight_scales, self.mode, dtype, mins=self.weight_mins)
+        return dequantize(self.weight_data, self.weight_scales, self.mode, dtype, mins=self.weight_mins,
+                          super_scales=self.weight_super_scales, super_mins=self.weight_super_mins)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         group = group_of(self.weight_data, self.weight_scales, self.mode)
@@ -350,7 +368,8 @@ class QuantizedLinear(nn.Module):
 
             activations = _activation_kind(self.quantize_activations, x.device, self.mode)
             return fused_linear(x, self.weight_data, self.weight_scales, self.mode, mins=self.weight_mins,
-                                activations=activations)
+                                activations=activations, super_scales=self.weight_super_scales,
+                                super_mins=self.weight_super_mins)
         return nn.functional.linear(x, self.unpacked(x.dtype))
 
     def extra_repr(self) -> str:

@@ -3,8 +3,8 @@
 Proves, per format (GGUF Q4_K_M and Q8_0, compressed-tensors FP8-dynamic and NVFP4, ModelOpt
 NVFP4), on the real architecture shrunk (6 layers, hidden 256, 8 experts of width 96 — a width
 Q4_K's 256-blocks do not tile, as the real 704): the files are found and said to be what they
-are; the packed weights are the format's own dequantized weights (a GGUF Q8_0 and an FP8 checkpoint
-bit for bit, NVFP4 up to its scales' rounding to bf16); a decoder step agrees
+are; the packed weights are the format's own dequantized weights (every tensor of a GGUF Q4_K_M, a Q8_0
+and an FP8 checkpoint bit for bit, NVFP4 up to its scales' rounding to bf16); a decoder step agrees
 with the bf16 model's argmax; a GGUF's repack is saved and the next start reads it instead;
 the published GGUF's tensor names are the ones the loader maps; MLX, NVFP4 off an FP4 card and
 a second quantization are refused in one line naming what to do; and a GGUF load holds far less
@@ -161,16 +161,15 @@ def test_gguf_q8_0_repacks_to_int8_exactly(checkpoints, with_config, tmp_path, m
 
 def _held_weight(model, key: str) -> torch.Tensor:
     """The fp32 weight a loaded `model` holds for checkpoint key `key`: packed ones unpacked (each projection in its
-    own mode, affine where it has mins), the rest as they are."""
+    own mode and form), the rest as they are."""
     from dgemma_lsp.engine.weights.quantization import QuantizedExperts, QuantizedLinear
 
     module_name, _, attr = key.rpartition(".")
     module = model.get_submodule(module_name)
-    if isinstance(module, QuantizedExperts | QuantizedLinear):
-        which = attr.removesuffix("_proj") if isinstance(module, QuantizedExperts) else "weight"
-        return dequantize(getattr(module, f"{which}_data"), getattr(module, f"{which}_scales"),
-                          getattr(module, f"{which}_mode", module.mode), torch.float32,
-                          mins=getattr(module, f"{which}_mins", None))
+    if isinstance(module, QuantizedExperts):
+        return module.unpacked(attr.removesuffix("_proj"), torch.float32)
+    if isinstance(module, QuantizedLinear):
+        return module.unpacked(torch.float32)
     held = module._parameters[attr] if attr in module._parameters else module._buffers[attr]
     return held.detach().float()
 
@@ -391,6 +390,7 @@ def rel(value, reference):
 experts.backend, experts.quantize_activations = "triton", False
 figures = {"scales": str(experts.gate_up_scales.dtype), "modes": [experts.mode, experts.down_mode],
            "mins": experts.gate_up_mins is not None,
+           "super": None if experts.gate_up_super_scales is None else str(experts.gate_up_super_scales.dtype),
            "experts": rel(experts(hidden, index, weights), experts.forward_loop(hidden, index, weights))}
 # w8a8 where a projection's weights are 8-bit: the kernels quantize that projection's activations, and only its
 experts.quantize_activations = True
@@ -404,20 +404,23 @@ print(json.dumps(figures))
 """
 
 
-@pytest.mark.parametrize(("kind", "scale_dtype", "modes", "mins"), [
-    ("ct-fp8", "torch.float32", ["fp8", "fp8"], False), ("gguf-Q8_0", "torch.float16", ["int8", "int8"], False),
-    ("gguf-Q4_K_M", "torch.float32", ["int4", "int8"], True),
+@pytest.mark.parametrize(("kind", "scales", "modes", "mins", "super_scales"), [
+    ("ct-fp8", "torch.float32", ["fp8", "fp8"], False, None),
+    ("gguf-Q8_0", "torch.float16", ["int8", "int8"], False, None),
+    ("gguf-Q4_K_M", "torch.uint8", ["int4", "int8"], True, "torch.float16"),
 ])
-def test_the_fused_kernels_read_the_checkpoints_own_scales(kind, scale_dtype, modes, mins, checkpoints, with_config,
-                                                           tmp_path):
-    """FP8-dynamic's float32 scale per row, Q8_0's fp16 scale per 32 and Q4_K_M's affine int4 gate_up (float32
-    scales and mins) beside int8 down go through the Triton expert kernel (on the CPU in Triton's interpreter)
-    as bf16 scales do: it matches the torch loop, and each projection's w8a8 goes with its own weights' kind."""
+def test_the_fused_kernels_read_the_checkpoints_own_scales(kind, scales, modes, mins, super_scales, checkpoints,
+                                                           with_config, tmp_path):
+    """FP8-dynamic's float32 scale per row, Q8_0's fp16 scale per 32 and Q4_K_M's affine int4 gate_up (uint8 sc
+    and m per 32 under fp16 d and -dmin per 256) beside int8 down go through the Triton expert kernel (on the
+    CPU in Triton's interpreter) as bf16 scales do: it matches the torch loop, and each projection's w8a8 goes
+    with its own weights' kind."""
     folder = with_config(kind) if kind.startswith("gguf") else checkpoints[kind]
     env = {**os.environ, "TRITON_INTERPRET": "1", "DGEMMA_LSP_CACHE": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", KERNELS, str(folder)], capture_output=True, text=True, env=env,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     figures = json.loads(done.stdout)
-    assert (figures["scales"], figures["modes"], figures["mins"]) == (scale_dtype, modes, mins)
+    assert (figures["scales"], figures["modes"], figures["mins"], figures["super"]) == (scales, modes, mins,
+                                                                                        super_scales)
     assert figures["experts"] < 1e-5 and figures["linear"] < 1e-5 and figures["w8a8"] < 1e-5

@@ -15,15 +15,17 @@ tensors: fused `ffn_gate_up_exps` [E, 2I, H], no `attn_v` on the 5 full-attentio
 Repack. Every tensor of a Q4_K_M or Q8_0 file is placed without loss: the packed weights
 dequantize to exactly what gguf's own `gguf.quants.dequantize` (bit-exact with ggml) gives,
 a few experts at a time, each projection in the form its own type fits (`_exact_forms`):
-- Q4_K -> affine int4 in groups of 32 (Q4_K's sub-block): the block's 4-bit codes as they are,
-  scale = d * sc and min = -dmin * m in float32 (fp16 d times a 6-bit sc needs 17 bits);
+- Q4_K -> affine int4 in groups of 32 (Q4_K's sub-block) with two-level scales: the block's 4-bit
+  codes, its 6-bit sc and m per 32 (uint8) and its fp16 d and -dmin per 256 as they are; the kernels
+  take scale = sc * d and min = m * -dmin in fp32 (17 bits: exact); 4.625 bits per weight where Q4_K
+  takes 4.5 (float32 scales and mins per 32 would take 6);
 - Q8_0, Q5_0, Q6_K -> int8 with the file's own values and block scales (fp16 per 32 for
   Q8_0 / Q5_0, float32 d * sc per 16 for Q6_K);
 - F32/F16/BF16 -> kept in full precision (or packed like the bf16 loader when asked).
 An experts module holds gate_up and down each in its own mode: in Q4_K_M llama.cpp writes
 `ffn_down_exps` as Q5_0 or Q8_0 (704 columns do not tile Q4_K's 256; Q6_K on `use_more_bits`
-layers), so one layer has Q4_K gate_up as affine int4 beside int8 down. The kernels read float32
-and fp16 scales and the mins as they read bf16 ones. Other types are dequantized and re-packed
+layers), so one layer has Q4_K gate_up as affine int4 beside int8 down. The kernels read every
+one of these scales (fp16, float32, uint8 under fp16) and mins as they read bf16 ones. Other types are dequantized and re-packed
 by `quant_formats.quantize`, which rounds again: a 4-bit one (Q4_0, IQ4_*, ...) -> symmetric int4
 in groups of 32, Q5_K -> int8 in groups of 32. `dgemma-lsp bench formats` measures each repack
 against the GGUF's own dequantized weights (RESULTS). The packed result is saved like
@@ -176,19 +178,26 @@ class ExactForm:
     group: int
     """Inputs per scale."""
     scale_bytes: int
-    """Bytes per stored scale: fp16 where the block's scale is one fp16, float32 where it is a product."""
+    """Bytes per stored scale: fp16 where the block's scale is one fp16, float32 where it is a product, uint8
+    where it is a sub-scale under a super scale."""
     min_bytes: int = 0
     """Bytes per stored min (affine int4); 0: none."""
+    super_group: int = 0
+    """Inputs per super scale (and super min) of two-level scales; 0: one level."""
+    super_bytes: int = 0
+    """Bytes per super-block: its super scale and super min."""
 
 
 def _exact_forms() -> dict[int, ExactForm]:
     """GGUF type -> its exact form. Q8_0 and Q5_0 keep their fp16 block scale as it is; Q6_K's scale is fp16 d
-    times an int8 sub-scale (up to 19 bits) and Q4_K's d * sc and dmin * m (17 bits): float32."""
+    times an int8 sub-scale (up to 19 bits): float32 per 16; Q4_K keeps its two levels (uint8 sc and m per 32,
+    fp16 d and -dmin per 256)."""
     import gguf
 
     kinds = gguf.GGMLQuantizationType
     return {int(kinds.Q8_0): ExactForm("int8", 34, 32, 2), int(kinds.Q5_0): ExactForm("int8", 22, 32, 2),
-            int(kinds.Q6_K): ExactForm("int8", 210, 16, 4), int(kinds.Q4_K): ExactForm("int4", 144, 32, 4, 4)}
+            int(kinds.Q6_K): ExactForm("int8", 210, 16, 4),
+            int(kinds.Q4_K): ExactForm("int4", 144, 32, 1, 1, super_group=256, super_bytes=4)}
 
 
 @dataclass(frozen=True)
@@ -262,7 +271,8 @@ def planned_bytes(tensors: list[GgufTensor], names: dict[str, str], the_plan: Pl
         if key in the_plan.exact:
             form = _exact_forms()[tensor.qtype]
             value_bytes = 0.5 if form.mode == "int4" else 1
-            total += _numel(tensor.shape) * (value_bytes + (form.scale_bytes + form.min_bytes) / form.group)
+            per_super = form.super_bytes / form.super_group if form.super_group else 0
+            total += _numel(tensor.shape) * (value_bytes + (form.scale_bytes + form.min_bytes) / form.group + per_super)
         elif key in the_plan.groups:
             mode, group = the_plan.groups[key]
             total += _packed_bytes(tensor.shape, mode, group)
@@ -325,14 +335,15 @@ def dequantize_rows(tensor: GgufTensor, first: int, count: int) -> np.ndarray:
 
 def _pack(module: nn.Module, which: str, tensor: GgufTensor, mode: str, group: int, device: str,
           exact: bool = False) -> None:
-    """Place `tensor` in `module`'s `{which}_data` / `_scales` (and `_mins`), a chunk of experts at a time:
+    """Place `tensor` in `module`'s `{which}_data` / `_scales` (and `_mins`, `_super_scales`, `_super_mins`), a
+    chunk of experts at a time:
     `exact`: the file's own values and block scales (`exact_int8`, `exact_int4_affine`); else dequantized and
     packed in `mode`."""
     shape = tensor.shape if len(tensor.shape) == 3 else (1, *tensor.shape)
     experts, rows, columns = shape
     budget = PACK_CHUNK_BYTES if str(device).startswith("cuda") else HOST_CHUNK_BYTES
     chunk = max(1, budget // (rows * columns * 4))
-    stacks: list[torch.Tensor] | None = None  # data, scales[, mins] `[E, ...]`, written a chunk at a time
+    stacks: list[torch.Tensor] | None = None  # data, scales[, mins, super scales, super mins] `[E, ...]`
     for start in range(0, experts, chunk):
         count = min(chunk, experts - start)
         if exact:
@@ -351,34 +362,34 @@ def _pack(module: nn.Module, which: str, tensor: GgufTensor, mode: str, group: i
             stack[start : start + count] = piece
     if len(tensor.shape) == 2:
         stacks = [stack[0] for stack in stacks]
-    for part, stack in zip(("data", "scales", "mins"), stacks, strict=False):
+    for part, stack in zip(("data", "scales", "mins", "super_scales", "super_mins"), stacks, strict=False):
         setattr(module, f"{which}_{part}", stack)
     module._is_hf_initialized = True  # initialize_weights must leave packed modules alone
 
 
 def _exact_rows(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor, ...]:
-    """Rows [first, first + count) in the tensor's exact form: (codes, scales[, mins]), each `[count, ...]`."""
+    """Rows [first, first + count) in the tensor's exact form: (codes, scales[, mins, super scales, super mins]),
+    each `[count, ...]`."""
     if _exact_forms()[tensor.qtype].mode == "int4":
         return exact_int4_affine(tensor, first, count)
     return exact_int8(tensor, first, count)
 
 
-def exact_int4_affine(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rows [first, first + count) of a Q4_K tensor as affine int4: codes uint8 `[count, K]` (0..15, read off the
-    blocks), float32 scales d * sc and mins -dmin * m `[count, K // 32]` (one per 32-input sub-block), so
-    scale * code + min is gguf's own dequantized weight, the same fp32 operations in the same order."""
+def exact_int4_affine(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor, ...]:
+    """Rows [first, first + count) of a Q4_K tensor as affine int4 with two-level scales, every field as the
+    blocks hold it: codes uint8 `[count, K]` (0..15), sub-scales sc and sub-mins m uint8 `[count, K // 32]`,
+    super scales d and super mins -dmin fp16 `[count, K // 256]`. sc * d * code + m * -dmin in fp32 is gguf's
+    own dequantized weight (d * sc * q - dmin * m): the same exact products, the same one rounding."""
     from gguf.quants import Q4_K
 
     blocks = read_blocks(tensor, first, count).reshape(-1, 144)  # [n, 144]: d, dmin, 12 bytes of sc/m, 128 of codes
-    d = blocks[:, 0:2].copy().view(np.float16).astype(np.float32)  # [n, 1]
-    dmin = blocks[:, 2:4].copy().view(np.float16).astype(np.float32)
+    d = blocks[:, 0:2].copy().view(np.float16)  # [n, 1]
+    dmin = blocks[:, 2:4].copy().view(np.float16)
     sub_scales, sub_mins = Q4_K.get_scale_min(blocks[:, 4:16].copy())  # [n, 8] each, 6-bit
     # 4 chunks of 64 inputs per block: 32 bytes whose low nibbles are inputs 0..31, high nibbles 32..63
     codes = (blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 0xF
-    scales = (d * sub_scales.astype(np.float32)).reshape(count, -1)
-    mins = -(dmin * sub_mins.astype(np.float32)).reshape(count, -1)
-    return (torch.from_numpy(codes.reshape(count, -1)), torch.from_numpy(np.ascontiguousarray(scales)),
-            torch.from_numpy(np.ascontiguousarray(mins)))
+    fields = (codes, sub_scales.astype(np.uint8), sub_mins.astype(np.uint8), d, -dmin)  # fp16 negation is exact
+    return tuple(torch.from_numpy(np.ascontiguousarray(field).reshape(count, -1)) for field in fields)
 
 
 def exact_int8(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,8 +15,8 @@ in fp32. Then, on CPU:
   bf16 router, the same three ways;
 - one decoder step: top-1 agreement of the canvas logits with bf16, ours and the format's;
 - for GGUF Q4_K, the same blocks in quant_formats' affine int4 (codes 0..15, a scale and a min per
-  32 inputs, as Q4_K's sub-blocks are) with bf16 and with float32 scales: what the loader will lose
-  once the packed modules hold mins (the kernels already read them).
+  32 inputs, as Q4_K's sub-blocks are) with bf16 and with float32 scales, built here from the blocks
+  apart from the loader: float32 is exact (the loader's form), bf16 what the cheaper scales would lose.
 
 Random weights say nothing of quality; the errors compare formats and repacks on equal terms.
 Tables and JSON to stdout, progress to stderr; torch is imported inside functions.
@@ -65,7 +65,7 @@ class FormatFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     asymmetric_repack_error: float | None = None
     """GGUF Q4_K gate_up in quant_formats' affine int4 (groups of 32) with bf16 scales and mins, vs the format."""
     asymmetric_fp32_repack_error: float | None = None
-    """The same with float32 scales and mins (the layout's lossless form for Q4_K)."""
+    """The same with float32 scales and mins (the layout's lossless form for Q4_K, which the loader uses)."""
 
 
 class FormatsReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -165,7 +165,6 @@ def _measure(kind: str, root: Path, base: Path, bf16, probe) -> FormatFigure:
     import torch
     from transformers import AutoConfig
 
-    from dgemma_lsp.engine.kernels.quant_formats import dequantize
     from dgemma_lsp.engine.runtime.denoising import _resident_bytes
     from dgemma_lsp.engine.weights.loading import load_model_and_tokenizer
 
@@ -190,8 +189,7 @@ def _measure(kind: str, root: Path, base: Path, bf16, probe) -> FormatFigure:
     experts_bf16 = bf16.model.decoder.layers[0].experts
     errors = {}
     for which in ("gate_up", "down"):
-        mine = dequantize(getattr(experts_ours, f"{which}_data"), getattr(experts_ours, f"{which}_scales"),
-                          experts_ours.mode, torch.float32)
+        mine = experts_ours.unpacked(which, torch.float32)  # each projection in its own mode (and mins)
         theirs = getattr(experts_own, f"{which}_proj").detach()
         truth = getattr(experts_bf16, f"{which}_proj").detach()
         errors[which] = (_rel(theirs, truth), _rel(mine, theirs))

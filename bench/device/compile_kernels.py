@@ -1,6 +1,7 @@
 """The expert GEMM compiled ahead of time for each GPU we target, no GPU needed: does it build, spill, use the MMA?
 
-For each variant (int4 with the PTX unpack, int4 with Triton bit ops, affine int4, w8a8 and w8a16 int8 / fp8)
+For each variant (int4 with the PTX unpack, int4 with Triton bit ops, affine int4, w8a8 and w8a16 int8 / fp8,
+and what a GGUF Q4_K_M loads as: Q4_K gate_up in affine int4 with two-level scales, int8 down in groups of 32)
 and each launch of one MoE layer at the full shape (gate_up, down; 256 and 1,024 tokens), builds the launch
 the product would make (`fused_moe.expert_gemm_launch` on meta tensors: the same arguments, the same JIT
 specialization of 1-valued and 16-divisible integers and pointers), compiles it with Triton for sm_89 (RTX
@@ -33,7 +34,7 @@ from dgemma_lsp.engine.kernels import expert_kernels, fused_moe, quant_formats
 
 FULL = dict(experts=128, top_k=8, hidden=2816, width=704, group=128)
 VARIANTS = {
-    # name: (weights, activations, asm)
+    # name: (weights, activations, asm) of both launches, or ((gate_up's), (down's), asm)
     "int4": ("int4", "none", True),
     "int4-bits": ("int4", "none", False),
     "int4-affine32": ("int4-affine", "none", True),
@@ -41,7 +42,10 @@ VARIANTS = {
     "int8-w8a16": ("int8", "none", False),
     "fp8": ("fp8", "fp8", False),
     "fp8-w8a16": ("fp8", "none", False),
+    "gguf-q4_k_m": (("int4-q4k", "none"), ("int8-g32", "int8"), True),
 }
+KERNEL_WEIGHTS = {"int4-q4k": "int4-affine", "int8-g32": "int8"}
+"""The kernel's weight kind of a layout named here by what it holds (else the name itself)."""
 MMA = re.compile(r"\b([HIQ]G?MMA)\.")
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
@@ -51,33 +55,39 @@ def meta(*shape, dtype=torch.bfloat16) -> torch.Tensor:
 
 
 def packed(weights: str, n: int, k: int, group: int, experts: int):
-    """Meta (data, scales, mins) of a stacked weight `[E, n, k]` in `weights`' layout."""
-    data_dtype = {"int4": torch.int16, "int4-affine": torch.int16, "int8": torch.int8, "fp8": torch.uint8}[weights]
-    values = quant_formats.values_per_element("int4" if weights.startswith("int4") else weights)
-    group = 32 if weights == "int4-affine" else quant_formats.effective_group_size(k, group)
-    scales = meta(experts, k // group, n)
-    return meta(experts, n, k // values, dtype=data_dtype), scales, (meta(experts, k // group, n)
-                                                                     if weights == "int4-affine" else None)
+    """Meta (data, scales, mins, super scales, super mins) of a stacked weight `[E, n, k]` in `weights`' layout
+    (int4-q4k: formats/gguf.py's Q4_K, uint8 sc and m per 32 under fp16 d and -dmin per 256; int8-g32: Q8_0's /
+    Q5_0's, an fp16 scale per 32)."""
+    data_dtype = {"int4": torch.int16, "int4-affine": torch.int16, "int4-q4k": torch.int16, "int8": torch.int8,
+                  "int8-g32": torch.int8, "fp8": torch.uint8}[weights]
+    values = quant_formats.values_per_element("int4" if weights.startswith("int4") else "int8")
+    group = 32 if weights in ("int4-affine", "int4-q4k", "int8-g32") else quant_formats.effective_group_size(k, group)
+    scale_dtype = {"int4-q4k": torch.uint8, "int8-g32": torch.float16}.get(weights, torch.bfloat16)
+    scales = meta(experts, k // group, n, dtype=scale_dtype)
+    mins = meta(experts, k // group, n, dtype=scale_dtype) if weights in ("int4-affine", "int4-q4k") else None
+    supers = (meta(experts, k // 256, n, dtype=torch.float16),) * 2 if weights == "int4-q4k" else (None, None)
+    return meta(experts, n, k // values, dtype=data_dtype), scales, mins, *supers
 
 
-def layer_launches(weights: str, activations: str, tokens: int):
-    """(name, grid, args, kwargs) of the gate_up and down launches of one layer."""
+def layer_launches(variant: tuple, tokens: int):
+    """(name, grid, args, kwargs) of the gate_up and down launches of one layer in `variant` (VARIANTS' value)."""
     e, top_k, hidden, width, group = (FULL[k] for k in ("experts", "top_k", "hidden", "width", "group"))
+    specs = variant[:2] if isinstance(variant[0], tuple) else (variant[:2], variant[:2])
     pairs = tokens * top_k
     block_m = fused_moe.block_m_for(pairs, e)
     max_rows, max_blocks = fused_moe._routing_sizes(pairs, e, block_m)
     routing = (meta(max_rows, dtype=torch.int32), meta(max_blocks, dtype=torch.int32), meta(1, dtype=torch.int32))
-    gate_up = packed(weights, 2 * width, hidden, group, e)
-    down = packed(weights, hidden, width, group, e)
     launches = []
-    for name, a, (w, s, m), n, out, route, a_div, out_div in (
-        ("gate_up", meta(tokens, hidden), gate_up, width, meta(pairs, width), None, top_k, 1),
-        ("down", meta(pairs, width), down, hidden, meta(tokens, hidden, dtype=torch.float32), meta(tokens, top_k), 1,
-         top_k),
+    for name, a, (weights, activations), n, k, out, route, a_div, out_div in (
+        ("gate_up", meta(tokens, hidden), specs[0], width, hidden, meta(pairs, width), None, top_k, 1),
+        ("down", meta(pairs, width), specs[1], hidden, width, meta(tokens, hidden, dtype=torch.float32),
+         meta(tokens, top_k), 1, top_k),
     ):  # fmt: skip
+        w, s, m, ss, sm = packed(weights, 2 * n if name == "gate_up" else n, k, group, e)
         grid, args, kwargs = fused_moe.expert_gemm_launch(
             a, w, s, m, *routing, route, out, num_rows=pairs, n=n, a_row_div=a_div, out_row_div=out_div,
-            block_m=block_m, weights=weights, activations=activations, gated=name == "gate_up",
+            block_m=block_m, weights=KERNEL_WEIGHTS.get(weights, weights), activations=activations,
+            gated=name == "gate_up", super_scales=ss, super_mins=sm,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs))
     return launches
@@ -135,10 +145,10 @@ def main() -> int:
     failures = 0
     for arch in (int(a) for a in args.archs.split(",")):
         for name in args.variants.split(","):
-            weights, activations, asm = VARIANTS[name]
+            asm = VARIANTS[name][2]
             for tokens in (int(t) for t in args.tokens.split(",")):
                 with fused_moe.launch_settings(asm=asm):
-                    launches = layer_launches(weights, activations, tokens)
+                    launches = layer_launches(VARIANTS[name], tokens)
                 for launch, grid, launch_args, kwargs in launches:
                     where = f"sm_{arch} {name:<13} {tokens:>4} tok {launch:<7}"
                     try:

@@ -24,6 +24,9 @@ block of BLOCK_N output columns), and why:
   and a group's dots accumulate unscaled (the scale hoisted out of the
   inner loop). Affine int4 (weight = scale * code + min, the form GGUF /
   AWQ weights import into) adds min * (sum of the group's activations).
+  Two-level scales (`SUPER` inputs per super scale: GGUF Q4_K's d and dmin
+  per 256 over 6-bit sc and m per 32) multiply the group's scale and min by
+  their super-block's in fp32 as they are loaded (exact: quant_formats).
 - w8a8 (`ACTIVATIONS` int8 or fp8): the activation tile of each K step is
   quantized in registers, per row (absmax / 127 or / 448), and the raw
   int8 / e4m3 weight bytes go into the MMA as they are loaded: no weight
@@ -153,9 +156,26 @@ def _int4_tiles(words, SYMMETRIC: tl.constexpr, ASM: tl.constexpr, FP32_MATH: tl
 
 
 @triton.jit
-def _scaled_group(part, s_ptrs, n_valid, group_offset, SWAP: tl.constexpr):
+def _group_factor(ptrs, super_factor, n_valid, group_offset, SUPER: tl.constexpr):
+    """The group's scale (or min) per output column in fp32: times its super-block's where SUPER > 0."""
+    factor = tl.load(ptrs + group_offset, mask=n_valid, other=0).to(tl.float32)
+    if SUPER > 0:
+        factor = factor * super_factor
+    return factor
+
+
+@triton.jit
+def _super_factor(super_ptrs, n_valid, super_offset, SUPER: tl.constexpr):
+    """The super-block's scale (or min) per output column in fp32 where SUPER > 0 (else unused)."""
+    if SUPER > 0:
+        return tl.load(super_ptrs + super_offset, mask=n_valid, other=0).to(tl.float32)
+    else:
+        return 0.0
+
+
+@triton.jit
+def _scaled_group(part, scale, SWAP: tl.constexpr):
     """part * the group's weight scale per output column (fp32)."""
-    scale = tl.load(s_ptrs + group_offset, mask=n_valid, other=0.0).to(tl.float32)
     if SWAP:
         return part * scale[:, None]
     else:
@@ -163,9 +183,8 @@ def _scaled_group(part, s_ptrs, n_valid, group_offset, SWAP: tl.constexpr):
 
 
 @triton.jit
-def _group_mins(m_ptrs, n_valid, group_offset, row_sums, SWAP: tl.constexpr):
+def _group_mins(mins, row_sums, SWAP: tl.constexpr):
     """Affine int4: min per output column * the group's activation sum per row."""
-    mins = tl.load(m_ptrs + group_offset, mask=n_valid, other=0.0).to(tl.float32)
     if SWAP:
         return mins[:, None] * row_sums[None, :]
     else:
@@ -262,6 +281,8 @@ def expert_gemm_kernel(
     w_ptr,  # packed weights [E, N (x2 when GATED), K / values per element]
     s_ptr,  # scales [E, K / GROUP, N (x2)]
     m_ptr,  # affine int4: mins, laid out as the scales
+    ss_ptr,  # SUPER: super scales [E, K / SUPER, N (x2)]
+    sm_ptr,  # SUPER and affine: super mins, laid out as the super scales
     out_ptr,  # [out rows, N]: dtype of the result, fp32 when ROUTE_WEIGHTED (atomic sums)
     sorted_pairs_ptr,  # ROUTED: [MAX_ROWS] int32 pair per padded row
     block_experts_ptr,  # ROUTED: [MAX_BLOCKS] int32 expert per row block
@@ -280,9 +301,12 @@ def expert_gemm_kernel(
     stride_se,
     stride_sg,
     stride_sn,
+    stride_sse,  # super scales' (and mins') expert and super-group strides; their column stride is stride_sn
+    stride_ssg,
     stride_om,
     stride_on,
     GROUP: tl.constexpr,
+    SUPER: tl.constexpr,  # inputs per super scale (a multiple of GROUP); 0: one level
     WEIGHTS: tl.constexpr,
     ACTIVATIONS: tl.constexpr,
     ROUTED: tl.constexpr,
@@ -344,6 +368,8 @@ def expert_gemm_kernel(
     acc_up = tl.zeros_like(acc)
     s_ptrs = s_ptr + expert * stride_se + offs_n * stride_sn  # [BLOCK_N]
     m_ptrs = m_ptr + expert * stride_se + offs_n * stride_sn
+    ss_ptrs = ss_ptr + expert * stride_sse + offs_n * stride_sn
+    sm_ptrs = sm_ptr + expert * stride_sse + offs_n * stride_sn
     up_w_offset = N * stride_wn  # GATED: the up rows follow the N gate rows
     up_s_offset = N * stride_sn
     for k0 in range(0, K, BLOCK_K):
@@ -358,6 +384,12 @@ def expert_gemm_kernel(
             part = tl.zeros_like(acc)
             part_up = tl.zeros_like(acc)
             row_sums = tl.zeros([BLOCK_M], dtype=tl.float32)  # affine: the group's activation sum per row
+            # Super factors: one load per K-block (the launch checks SUPER is whole K-blocks).
+            super_offset = (k0 // SUPER) * stride_ssg if SUPER > 0 else 0
+            ss_gate = _super_factor(ss_ptrs, n_valid, super_offset, SUPER)
+            sm_gate = _super_factor(sm_ptrs, n_valid, super_offset, SUPER)
+            ss_up = _super_factor(ss_ptrs + up_s_offset, n_valid, super_offset, SUPER)
+            sm_up = _super_factor(sm_ptrs + up_s_offset, n_valid, super_offset, SUPER)
             for j in tl.static_range(4):
                 a = tl.load(a_ptrs + (k0 + 16 * j) * stride_ak, mask=a_mask, other=0.0)
                 if FP32_MATH:
@@ -369,13 +401,17 @@ def expert_gemm_kernel(
                     row_sums += tl.sum(a.to(tl.float32), axis=0 if SWAP else 1)
                 if (j + 1) % SUBTILES_PER_GROUP == 0:
                     group_offset = ((k0 + 16 * j) // GROUP) * stride_sg
-                    acc += _scaled_group(part, s_ptrs, n_valid, group_offset, SWAP)
+                    scale = _group_factor(s_ptrs, ss_gate, n_valid, group_offset, SUPER)
+                    acc += _scaled_group(part, scale, SWAP)
                     if WEIGHTS == 3:
-                        acc += _group_mins(m_ptrs, n_valid, group_offset, row_sums, SWAP)
+                        mins = _group_factor(m_ptrs, sm_gate, n_valid, group_offset, SUPER)
+                        acc += _group_mins(mins, row_sums, SWAP)
                     if GATED:
-                        acc_up += _scaled_group(part_up, s_ptrs + up_s_offset, n_valid, group_offset, SWAP)
+                        scale = _group_factor(s_ptrs + up_s_offset, ss_up, n_valid, group_offset, SUPER)
+                        acc_up += _scaled_group(part_up, scale, SWAP)
                         if WEIGHTS == 3:
-                            acc_up += _group_mins(m_ptrs + up_s_offset, n_valid, group_offset, row_sums, SWAP)
+                            mins = _group_factor(m_ptrs + up_s_offset, sm_up, n_valid, group_offset, SUPER)
+                            acc_up += _group_mins(mins, row_sums, SWAP)
                     part = tl.zeros_like(acc)
                     part_up = tl.zeros_like(acc)
                     row_sums = tl.zeros_like(row_sums)
@@ -384,13 +420,18 @@ def expert_gemm_kernel(
             if FP32_MATH and ACTIVATIONS == 0:
                 a = a.to(tl.float32)
             group_offset = (k0 // GROUP) * stride_sg  # BLOCK_K divides GROUP: one scale per column per step
+            super_offset = (k0 // SUPER) * stride_ssg if SUPER > 0 else 0
             w_raw = tl.load(w_ptrs, mask=w_mask, other=0)
             part = _w8_partial(a, w_raw, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
-            acc += _scaled_group(part, s_ptrs, n_valid, group_offset, SWAP)
+            scale = _group_factor(s_ptrs, _super_factor(ss_ptrs, n_valid, super_offset, SUPER), n_valid, group_offset,
+                                  SUPER)  # fmt: skip
+            acc += _scaled_group(part, scale, SWAP)
             if GATED:
                 w_up = tl.load(w_ptrs + up_w_offset, mask=w_mask, other=0)
                 part_up = _w8_partial(a, w_up, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
-                acc_up += _scaled_group(part_up, s_ptrs + up_s_offset, n_valid, group_offset, SWAP)
+                super_up = _super_factor(ss_ptrs + up_s_offset, n_valid, super_offset, SUPER)
+                scale = _group_factor(s_ptrs + up_s_offset, super_up, n_valid, group_offset, SUPER)
+                acc_up += _scaled_group(part_up, scale, SWAP)
         w_ptrs += W_STEP * stride_wk
     if GATED:
         # gelu_tanh(x) = x * (1 + tanh(z)) / 2 = x * sigmoid(2z), z = sqrt(2/pi) * (x + 0.044715 x^3)

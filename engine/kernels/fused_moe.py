@@ -22,7 +22,8 @@ Floors of one layer of the full model (128 experts, top-8, hidden 2816,
 width 704; every expert is read at a 256-token canvas), weights + scales
 read once at the H200's measured 4.1 TB/s: bf16 0.371 ms (1,522 MB), fp8 /
 int8 0.190 (777 MB), int4 0.097 (396 MB), affine int4 at group 32 0.116
-(476 MB). The GEMM work (2 x 2,048 pairs x 5.95 M MACs = 24.4 GFLOP) is
+(476 MB), a GGUF Q4_K_M as it loads (gate_up affine int4 with Q4_K's
+two-level scales, down int8 with an fp16 scale per 32) 0.137 (563 MB). The GEMM work (2 x 2,048 pairs x 5.95 M MACs = 24.4 GFLOP) is
 ~0.03 ms of tensor-core time, so the layer is memory-bound if the unpacking
 keeps up: the first-generation int4 kernel spent ~20 integer / fp32
 instructions per weight (1.745 ms, 18.3x its floor); the magic-number unpack
@@ -285,6 +286,10 @@ def fused_experts(
     gate_up_mins: torch.Tensor | None = None,
     down_mins: torch.Tensor | None = None,
     activations: str = "none",
+    down_mode: str | None = None,
+    down_activations: str | None = None,
+    gate_up_super: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+    down_super: tuple[torch.Tensor, torch.Tensor | None] | None = None,
 ) -> torch.Tensor:
     """The DiffusionGemma experts forward on packed weights (`quant_formats` layouts): `[T, H]` -> `[T, H]`.
 
@@ -292,6 +297,9 @@ def fused_experts(
     (v = values per stored element). Per pair: gelu_tanh(x @ gate.T) * (x @ up.T) @ down.T * routing
     weight, summed over the token's top_k pairs. `mins` (int4 only) select the affine form;
     `activations` "int8" / "fp8" quantize them per row in the kernels (w8a8, the weights' own kind).
+    `down_mode` / `down_activations` (default: `mode`, `activations`) where down is stored in another mode
+    than gate_up (an imported GGUF: Q4_K gate_up as affine int4, Q5_0 / Q8_0 / Q6_K down as int8).
+    `*_super`: (super scales, super mins or None) of two-level scales (`quant_formats`; GGUF Q4_K).
     """
     assert hidden_states.dim() == 2 and top_k_index.shape == top_k_weights.shape, (
         "expects [T, H] and [T, top_k]"
@@ -305,16 +313,20 @@ def fused_experts(
     inter = two_inter // 2
     routing = align_routing(top_k_index, num_experts, block_m_for(tokens * top_k, num_experts))
     pairs = routing.num_pairs
-    weights = _weight_kind(mode, gate_up_mins)
+    down_mode = down_mode or mode
+    down_activations = activations if down_activations is None else down_activations
     intermediate = torch.ops.dgemma.expert_gemm(
         hidden_states, gate_up_data, gate_up_scales, gate_up_mins, routing.sorted_pairs, routing.block_experts,
         routing.rows_used, None, num_rows=pairs, out_rows=pairs, n=inter, a_row_div=top_k, out_row_div=1,
-        block_m=routing.block_m, weights=weights, activations=activations, gated=True,
+        block_m=routing.block_m, weights=_weight_kind(mode, gate_up_mins), activations=activations, gated=True,
+        ss=None if gate_up_super is None else gate_up_super[0], sm=None if gate_up_super is None else gate_up_super[1],
     )  # fmt: skip  # [P, I]: gelu_tanh(x @ gate.T) * (x @ up.T)
     output = torch.ops.dgemma.expert_gemm(
         intermediate, down_data, down_scales, down_mins, routing.sorted_pairs, routing.block_experts,
         routing.rows_used, top_k_weights, num_rows=pairs, out_rows=tokens, n=hidden, a_row_div=1,
-        out_row_div=top_k, block_m=routing.block_m, weights=weights, activations=activations, gated=False,
+        out_row_div=top_k, block_m=routing.block_m, weights=_weight_kind(down_mode, down_mins),
+        activations=down_activations, gated=False,
+        ss=None if down_super is None else down_super[0], sm=None if down_super is None else down_super[1],
     )  # fmt: skip  # [T, H] fp32: routing weights and the top-k sum applied
     return output.to(hidden_states.dtype)
 
@@ -327,8 +339,11 @@ def fused_linear(
     *,
     mins: torch.Tensor | None = None,
     activations: str = "none",
+    super_scales: torch.Tensor | None = None,
+    super_mins: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """`x @ dequantize(data, scales).T` for a packed `[N, K / v]` weight, without a dequantized copy."""
+    """`x @ dequantize(data, scales, mins, super_scales, super_mins).T` for a packed `[N, K / v]` weight, without a
+    dequantized copy."""
     in_features = x.shape[-1]
     out_features = data.shape[0]
     rows = x.reshape(-1, in_features)  # [M, K]
@@ -337,6 +352,8 @@ def fused_linear(
         rows, data.unsqueeze(0), scales.unsqueeze(0), None if mins is None else mins.unsqueeze(0), None, None,
         None, None, num_rows=rows.shape[0], out_rows=rows.shape[0], n=out_features, a_row_div=1, out_row_div=1,
         block_m=block_m, weights=_weight_kind(mode, mins), activations=activations, gated=False,
+        ss=None if super_scales is None else super_scales.unsqueeze(0),
+        sm=None if super_mins is None else super_mins.unsqueeze(0),
     )  # fmt: skip
     return output.view(*x.shape[:-1], out_features)
 
@@ -370,14 +387,17 @@ def _expert_gemm_op(
     weights: str,
     activations: str,
     gated: bool,
+    ss: torch.Tensor | None = None,
+    sm: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One launch of `expert_gemm_kernel`; routed when `sorted_pairs` is given, routing-weighted (fp32
-    atomic top-k sums into `out_rows` rows) when `route_weights` is. Returns out `[out_rows, n]`."""
+    atomic top-k sums into `out_rows` rows) when `route_weights` is; two-level scales with `ss` (and `sm`,
+    affine). Returns out `[out_rows, n]`."""
     out = _gemm_output(a, out_rows, n, route_weights is not None)
     grid, args, kwargs = expert_gemm_launch(
         a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows=num_rows, n=n,
         a_row_div=a_row_div, out_row_div=out_row_div, block_m=block_m, weights=weights, activations=activations,
-        gated=gated,
+        gated=gated, super_scales=ss, super_mins=sm,
     )  # fmt: skip
     _launch(expert_kernels.expert_gemm_kernel, grid, *args, **kwargs)
     return out
@@ -385,7 +405,7 @@ def _expert_gemm_op(
 
 def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, *, num_rows: int,
                        n: int, a_row_div: int, out_row_div: int, block_m: int, weights: str, activations: str,
-                       gated: bool) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
+                       gated: bool, super_scales=None, super_mins=None) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
     """(grid, arguments, keyword arguments) of one `expert_gemm_kernel` launch; reads only shapes and strides,
     so `bench/device/compile_kernels.py` builds the same launch from meta tensors to compile it ahead of time."""
     routed = sorted_pairs is not None
@@ -396,11 +416,18 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
     )
     assert (m is not None) == (weights == "int4-affine"), "mins go with affine int4 and only with it"
     assert m is None or m.stride() == s.stride(), "mins must be laid out as the scales"
+    ss, sm = super_scales, super_mins
+    assert (sm is not None) == (ss is not None and m is not None), "affine two-level scales have super mins, only they"
+    assert ss is None or ss.stride(-1) == s.stride(-1), "super scales must have the scales' column stride"
+    assert sm is None or sm.stride() == ss.stride(), "super mins must be laid out as the super scales"
     k = a.shape[1]
     group = k // s.shape[-2]
+    super_group = 0 if ss is None else k // ss.shape[-2]
+    assert super_group % group == 0, f"super groups of {super_group} inputs are not whole groups of {group}"
     if int4:
         block_k = expert_kernels.INT4_BLOCK_K
         assert k % block_k == 0 and group % _MIN_DOT == 0, f"int4 K={k} group {group}: needs K % 64, group % 16"
+        assert super_group % block_k == 0, f"int4 super groups of {super_group} inputs are not whole K-blocks of 64"
     else:
         block_k = block_k_for(group)
         assert block_k is not None, f"K={k} with group {group} has no K step >= {_MIN_DOT}"
@@ -410,17 +437,19 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
     dummy = out  # pointer arguments a launch never reads
     extra = {} if settings.num_stages is None else {"num_stages": settings.num_stages}
     args = (
-        a, w, s, m if m is not None else dummy, out,
+        a, w, s, m if m is not None else dummy, ss if ss is not None else dummy, sm if sm is not None else dummy, out,
         sorted_pairs if routed else dummy,
         block_experts if routed else dummy,
         rows_used if routed else dummy,
         route_weights if route_weighted else dummy,
         num_rows, n, k, a_row_div, out_row_div,
         a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2),
-        s.stride(0), s.stride(1), s.stride(2), out.stride(0), out.stride(1),
+        s.stride(0), s.stride(1), s.stride(2),
+        ss.stride(0) if ss is not None else 0, ss.stride(1) if ss is not None else 0,
+        out.stride(0), out.stride(1),
     )  # fmt: skip
     kwargs = dict(
-        GROUP=group, WEIGHTS=expert_kernels.WEIGHT_CODES[weights],
+        GROUP=group, SUPER=super_group, WEIGHTS=expert_kernels.WEIGHT_CODES[weights],
         ACTIVATIONS=expert_kernels.ACTIVATION_CODES[activations],
         ROUTED=routed, GATED=gated, ROUTE_WEIGHTED=route_weighted,
         SWAP=settings.swap, ASM=bool(settings.asm and int4), FP32_MATH=interpreting(),
@@ -433,7 +462,7 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
 
 @_expert_gemm_op.register_fake
 def _(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, num_rows, out_rows, n, a_row_div,
-      out_row_div, block_m, weights, activations, gated):  # fmt: skip
+      out_row_div, block_m, weights, activations, gated, ss=None, sm=None):  # fmt: skip
     return _gemm_output(a, out_rows, n, route_weights is not None, fake=True)
 
 

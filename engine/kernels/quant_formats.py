@@ -28,11 +28,19 @@ columns reads one contiguous run):
   absmax / 7, weight = scale * (c - 8).
 - int4 affine (same words, plus a `mins` tensor shaped like the scales):
   weight = scale * c + min, c in [0, 15]. This is the form GGUF Q4_K
-  (scale = d * sc, min = -dmin * m per 32 inputs) and AWQ / GPTQ with zero
-  points (scale = s, min = -z * s) are repacked into without loss: keep the
-  scales and mins in float32 (Q4_K's fp16 d times a 6-bit sc needs 17 bits;
-  AWQ's fp16 scales need 11), which the kernel reads as it reads bf16. Our
-  own `quantize_int4_affine` (min-max, group 32) stores bf16.
+  and AWQ / GPTQ with zero points (scale = s, min = -z * s, fp16: exact)
+  are repacked into without loss. Our own `quantize_int4_affine` (min-max,
+  group 32) stores bf16.
+- two-level scales (any of the above, optional `super_scales` / `super_mins`
+  `[..., K // S, N]`, one per S inputs, S a multiple of the group): the
+  group's scale is scales[g] * super_scales[g * group // S] in fp32, its min
+  mins[g] * super_mins[...]. GGUF Q4_K is exactly that: per 256 inputs an
+  fp16 d and dmin, per 32 a 6-bit sc and m, scale = d * sc (17 bits: more
+  than bf16 or fp16 hold, exact in fp32), min = -dmin * m. Stored as uint8
+  sc / m and fp16 d / -dmin it costs 0.625 bits per weight beyond the codes
+  (Q4_K's own 0.5) where float32 per-group scales and mins would cost 2.
+  Every scale dtype (bf16, fp16, float32, uint8) is read as fp32 by the
+  kernels, and the product taken in fp32 is exact for these formats.
 
 The scale is rounded to its stored dtype *before* the weights are divided by
 it, so the scale actually stored is the one the values were quantized against.
@@ -138,12 +146,18 @@ def dequantize(
     mode: PackedMode,
     dtype: torch.dtype,
     mins: torch.Tensor | None = None,
+    super_scales: torch.Tensor | None = None,
+    super_mins: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Unpack to a `dtype` weight `[..., N, K]`; works on one expert's slice or a whole stack.
 
-    `mins` (int4 only) selects the affine form, weight = scale * code + min.
+    `mins` (int4 only) selects the affine form, weight = scale * code + min; `super_scales` / `super_mins`
+    the two-level scales (each group's scale and min times its super-block's, module docstring).
     """
     assert mins is None or mode == "int4", "only int4 has an affine (min) form"
+    assert (super_mins is not None) == (super_scales is not None and mins is not None), (
+        "an affine weight with super scales has super mins, and only it"
+    )
     if mode == "int8":
         values = data.float()
     elif mode == "int4":
@@ -157,10 +171,21 @@ def dequantize(
     # [..., N, groups, group] * [..., N, groups, 1]: one multiply, no per-group loop; exact in fp32
     # for our formats (a bf16 scale times an integer of <= 8 bits), then one rounding to `dtype`.
     grouped = values.reshape(*values.shape[:-1], groups, in_features // groups)
-    weight = grouped * _row_major(scales).float().unsqueeze(-1)
+    weight = grouped * _group_factors(scales, super_scales).unsqueeze(-1)
     if mins is not None:
-        weight = weight + _row_major(mins).float().unsqueeze(-1)
+        weight = weight + _group_factors(mins, super_mins).unsqueeze(-1)
     return weight.reshape(values.shape).to(dtype)
+
+
+def _group_factors(per_group: torch.Tensor, per_super: torch.Tensor | None) -> torch.Tensor:
+    """fp32 `[..., N, G]`: the per-group scales (or mins), times their super-block's where there are two levels
+    (the product of a <= 8-bit integer and an fp16 value: exact in fp32, in the kernels' order)."""
+    factors = _row_major(per_group).float()
+    if per_super is None:
+        return factors
+    repeat = per_group.shape[-2] // per_super.shape[-2]
+    assert repeat * per_super.shape[-2] == per_group.shape[-2], "super groups must be whole groups"
+    return factors * _row_major(per_super).float().repeat_interleave(repeat, dim=-1)
 
 
 def pack_int4_tiles(codes: torch.Tensor) -> torch.Tensor:
@@ -241,7 +266,7 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
 
 
 def packed_bytes(data: torch.Tensor, *per_group: torch.Tensor) -> int:
-    """Resident bytes of one packed weight: data plus its scales (and mins)."""
+    """Resident bytes of one packed weight: data plus its scales (and mins, and super scales)."""
     return sum(t.numel() * t.element_size() for t in (data, *per_group))
 
 

@@ -40,12 +40,24 @@ multiple of 64), they keep the plain torch path below (dequantize,
 default) lets the 8-bit modes' kernels quantize activations per row (w8a8:
 int8 MMA everywhere, fp8 MMA on sm_89+); off, they keep bf16 activations.
 
-Save format (a folder, version 3): `quantized-NNNNN.safetensors` shards hold
+Imported checkpoints (formats/) fill the same modules in the form that holds
+their values exactly: each projection in its own mode (a GGUF Q4_K_M's experts
+hold Q4_K gate_up as affine int4 and Q5_0 / Q8_0 / Q6_K down as int8:
+`QuantizedExperts.down_mode`), affine int4 with a `mins` buffer beside the
+scales, two-level scales (`super_scales` / `super_mins`: Q4_K's fp16 d and
+-dmin per 256 inputs over uint8 sc and m per 32) and scales in the dtype the
+checkpoint needs (fp16, float32), all of which the kernels read as they read
+bf16 (`quant_formats`). `--quantization` itself packs every projection of a
+model in one symmetric mode with bf16 scales.
+
+Save format (a folder, version 4): `quantized-NNNNN.safetensors` shards hold
 every parameter and buffer of the model once (non-persistent buffers too, so a
 skeleton built on the meta device loads completely); `quantization.json`
 records the format version, the mode, the group size, the shard files, the
-modules replaced and which names alias which tensor. Saving and loading go one
-shard at a time, so neither ever holds the whole model in host memory.
+modules replaced (with each experts module's down mode) and which names alias
+which tensor (mins and super scales are buffers like the scales, absent where a
+module has none). Saving and loading go one shard at a time, so neither ever
+holds the whole model in host memory.
 """
 
 from __future__ import annotations
@@ -78,8 +90,10 @@ Mode = Literal["none", "fp8", "int8", "int4"]
 Backend = Literal["auto", "torch", "triton"]
 MODES: tuple[Mode, ...] = ("none", "fp8", "int8", "int4")
 DEFAULT_GROUP_SIZE = 128
-SAVE_FORMAT_VERSION = 3
-"""3: int4 in the kernel's tile layout (int16 words) and every scale group-major `[..., K / g, N]`
+SAVE_FORMAT_VERSION = 4
+"""4: per-projection modes (an experts module's `down_mode` in the manifest), affine int4's `*_mins` and two-level
+scales' `*_super_scales` / `*_super_mins` buffers;
+3: int4 in the kernel's tile layout (int16 words) and every scale group-major `[..., K / g, N]`
 (quant_formats); 2: sharded (`files` in the manifest), no vision tower; 1 was one file with everything.
 A cache of another version is rebuilt from the checkpoint (loading.py)."""
 WEIGHTS_SHARD = "quantized-{:05d}.safetensors"
@@ -97,11 +111,11 @@ class QuantizationReport(msgspec.Struct, frozen=True):
     expert_bytes_before: int
     """Fused expert tensors before quantization, counted once per tied tensor, in their loaded dtype."""
     expert_bytes_after: int
-    """Packed expert data + scales."""
+    """Packed expert data + scales (+ mins and super scales where a projection has them)."""
     linear_bytes_before: int
     """Quantized attention/MLP linears before, counted once per tied tensor."""
     linear_bytes_after: int
-    """Packed linear data + scales."""
+    """Packed linear data + scales (+ mins and super scales)."""
     expert_modules: int
     """Distinct expert modules quantized (one per layer: encoder and decoder share it)."""
     linear_modules: int
@@ -124,12 +138,20 @@ class QuantizedExperts(nn.Module):
     top_k_weights `[T, K]` -> `[T, H]`. On the fused path the weights are
     unpacked in the kernels' registers; on the torch path each routed expert
     is dequantized to the activations' dtype just before its two matmuls.
+    gate_up is in `mode`, down in `down_mode` (the same unless an imported
+    checkpoint stores them in different types); a projection with `*_mins`
+    is affine int4, one with `*_super_scales` has two-level scales.
     """
 
-    def __init__(self, *, mode: str, num_experts: int, act_fn: nn.Module) -> None:
+    def __init__(self, *, mode: str, num_experts: int, act_fn: nn.Module, down_mode: str | None = None) -> None:
         super().__init__()
-        assert mode in PACKED_MODES, f"QuantizedExperts needs a packed mode, got {mode!r}"
+        down_mode = down_mode or mode
+        assert mode in PACKED_MODES and down_mode in PACKED_MODES, (
+            f"QuantizedExperts needs packed modes, got {mode!r} / {down_mode!r}"
+        )
         self.mode = mode
+        """gate_up's mode; also the module's (most of its bytes are gate_up's)."""
+        self.down_mode = down_mode
         self.num_experts = num_experts
         self.act_fn = act_fn
         self.backend: Backend = "auto"
@@ -140,6 +162,11 @@ class QuantizedExperts(nn.Module):
         self.register_buffer("gate_up_scales", torch.empty(0))
         self.register_buffer("down_data", torch.empty(0, dtype=torch.uint8))
         self.register_buffer("down_scales", torch.empty(0))
+        # Affine int4 only (weight = scale * code + min), shaped like the scales; None: symmetric / 8-bit.
+        # Two-level scales (quant_formats): `[E, K / S, N]` per S inputs; None: one level.
+        for which in ("gate_up", "down"):
+            for part in _OPTIONAL_PARTS:
+                self.register_buffer(f"{which}_{part}", None)
 
     @classmethod
     def from_experts(cls, experts: nn.Module, mode: str, group_size: int) -> QuantizedExperts:
@@ -152,36 +179,54 @@ class QuantizedExperts(nn.Module):
         module.down_data, module.down_scales = _quantize_per_expert(experts.down_proj, mode, group_size)
         return module
 
+    def mode_of(self, which: str) -> str:
+        """The mode of projection `which` ("gate_up" or "down")."""
+        return self.down_mode if which == "down" else self.mode
+
     def resident_bytes(self) -> int:
-        return packed_bytes(self.gate_up_data, self.gate_up_scales) + packed_bytes(
-            self.down_data, self.down_scales
-        )
+        return sum(_packed_parts_bytes(self, which) for which in ("gate_up", "down"))
+
+    def unpacked(self, which: str, dtype: torch.dtype, expert: int | None = None) -> torch.Tensor:
+        """Projection `which` in `dtype`: the whole stack `[E, N, K]`, or one expert's `[N, K]`."""
+        parts = {part: getattr(self, f"{which}_{part}") for part in ("data", "scales", *_OPTIONAL_PARTS)}
+        if expert is not None:
+            parts = {part: None if t is None else t[expert] for part, t in parts.items()}
+        return dequantize(parts.pop("data"), parts.pop("scales"), self.mode_of(which), dtype, **parts)
 
     def expert_weights(self, expert: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """One expert's (gate_up `[2I, H]`, down `[H, I]`) in `dtype`."""
-        gate_up = dequantize(self.gate_up_data[expert], self.gate_up_scales[expert], self.mode, dtype)
-        down = dequantize(self.down_data[expert], self.down_scales[expert], self.mode, dtype)
-        return gate_up, down
+        return self.unpacked("gate_up", dtype, expert), self.unpacked("down", dtype, expert)
+
+    def _super(self, which: str) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """(super scales, super mins) of projection `which` for the kernels; None where it has one level."""
+        super_scales = getattr(self, f"{which}_super_scales")
+        return None if super_scales is None else (super_scales, getattr(self, f"{which}_super_mins"))
+
+    def _projections(self) -> tuple[tuple[str, int, int], ...]:
+        """(mode, group, K) of gate_up and down: what decides whether the kernels take them."""
+        projections = []
+        for which in ("gate_up", "down"):
+            mode, data, scales = self.mode_of(which), getattr(self, f"{which}_data"), getattr(self, f"{which}_scales")
+            projections.append((mode, group_of(data, scales, mode), in_features_of(data, mode)))
+        return tuple(projections)
 
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
         # The kernel computes the GELU-tanh gate itself: any other activation keeps the loop.
         gelu_tanh = type(self.act_fn).__name__ == "GELUTanh"
-        groups = (
-            group_of(self.gate_up_data, self.gate_up_scales, self.mode),
-            group_of(self.down_data, self.down_scales, self.mode),
-        )
-        in_features = (in_features_of(self.gate_up_data, self.mode), in_features_of(self.down_data, self.mode))
         device = hidden_states.device
-        if gelu_tanh and _use_fused(self.backend, device, self.mode, *groups, in_features=in_features):
+        if gelu_tanh and _use_fused(self.backend, device, self._projections()):
             from ..kernels.fused_moe import fused_experts
 
             return fused_experts(
                 hidden_states, top_k_index.contiguous(), top_k_weights.contiguous(),
-                gate_up_data=self.gate_up_data, gate_up_scales=self.gate_up_scales,
-                down_data=self.down_data, down_scales=self.down_scales, mode=self.mode,
+                gate_up_data=self.gate_up_data, gate_up_scales=self.gate_up_scales, gate_up_mins=self.gate_up_mins,
+                down_data=self.down_data, down_scales=self.down_scales, down_mins=self.down_mins,
+                mode=self.mode, down_mode=self.down_mode,
                 activations=_activation_kind(self.quantize_activations, device, self.mode),
+                down_activations=_activation_kind(self.quantize_activations, device, self.down_mode),
+                gate_up_super=self._super("gate_up"), down_super=self._super("down"),
             )  # fmt: skip
         return self.forward_loop(hidden_states, top_k_index, top_k_weights)
 
@@ -189,10 +234,7 @@ class QuantizedExperts(nn.Module):
         """Inputs per activation scale of the w8a8 kernels (gate_up, down): their K step."""
         from ..kernels.fused_moe import block_k_for
 
-        return (
-            block_k_for(group_of(self.gate_up_data, self.gate_up_scales, self.mode)),
-            block_k_for(group_of(self.down_data, self.down_scales, self.mode)),
-        )
+        return tuple(block_k_for(group) for _, group, _ in self._projections())
 
     def forward_loop(
         self,
@@ -203,9 +245,13 @@ class QuantizedExperts(nn.Module):
     ) -> torch.Tensor:
         """The torch path: one dequantized expert at a time (CPU, and the kernels' reference).
 
-        `activations` "int8" / "fp8" rounds each matmul's input as the w8a8 kernels do (the reference for them).
+        `activations` "int8" / "fp8" rounds the input of each matmul whose weights are of that kind as the w8a8
+        kernels do (the reference for them); a projection in another mode keeps its input as it is.
         """
         gate_up_group, down_group = self.activation_groups() if activations != "none" else (0, 0)
+        gate_up_activations, down_activations = (
+            activations if self.mode_of(which) == activations else "none" for which in ("gate_up", "down")
+        )
         top_k = top_k_index.shape[-1]
         output = torch.zeros_like(hidden_states)  # [T, H]
         flat_experts = top_k_index.reshape(-1)  # [T*K]
@@ -222,13 +268,24 @@ class QuantizedExperts(nn.Module):
             start += count
             tokens = pairs // top_k  # [n]
             gate_up, down = self.expert_weights(expert, hidden_states.dtype)
-            rows = _fake_quantized(hidden_states[tokens], gate_up_group, activations)
+            rows = _fake_quantized(hidden_states[tokens], gate_up_group, gate_up_activations)
             gate, up = nn.functional.linear(rows, gate_up).chunk(2, dim=-1)  # [n, I] each
-            inner = _fake_quantized(self.act_fn(gate) * up, down_group, activations)
+            inner = _fake_quantized(self.act_fn(gate) * up, down_group, down_activations)
             expert_out = nn.functional.linear(inner, down)  # [n, H]
             expert_out = expert_out * flat_weights[pairs, None]
             output.index_add_(0, tokens, expert_out.to(output.dtype))
         return output
+
+
+_OPTIONAL_PARTS = ("mins", "super_scales", "super_mins")
+"""Buffers a packed projection has only in some forms (affine int4, two-level scales): None otherwise."""
+
+
+def _packed_parts_bytes(module: nn.Module, which: str) -> int:
+    """Resident bytes of projection `which` ("gate_up", "down", "weight") of a packed module: every part it has."""
+    parts = [getattr(module, f"{which}_{part}") for part in _OPTIONAL_PARTS]
+    return packed_bytes(getattr(module, f"{which}_data"), getattr(module, f"{which}_scales"),
+                        *(t for t in parts if t is not None))
 
 
 def _fake_quantized(rows: torch.Tensor, group: int, activations: str) -> torch.Tensor:
@@ -246,15 +303,16 @@ def _activation_kind(quantize_activations: bool, device: torch.device, mode: str
     return mode if quantize_activations and w8a8_supported(device, mode) else "none"
 
 
-def _use_fused(backend: str, device: torch.device, mode: str, *groups: int, in_features: tuple[int, ...]) -> bool:
-    """Whether a forward runs the Triton kernels; imports them (and triton) only when they could apply."""
+def _use_fused(backend: str, device: torch.device, projections: tuple[tuple[str, int, int], ...]) -> bool:
+    """Whether a forward runs the Triton kernels on every one of its `projections` ((mode, group, K) each);
+    imports them (and triton) only when they could apply."""
     if backend == "torch" or (backend == "auto" and device.type != "cuda"):
         return False
     from ..kernels.fused_moe import fused_supported
 
-    supported = fused_supported(device, mode, *groups, in_features=in_features)
+    supported = all(fused_supported(device, mode, group, in_features=(k,)) for mode, group, k in projections)
     assert supported or backend == "auto", (
-        f"backend 'triton' cannot run {mode} groups {groups}, K {in_features} on {device} (CPU needs"
+        f"backend 'triton' cannot run (mode, group, K) {projections} on {device} (CPU needs"
         " TRITON_INTERPRET=1; fp8 needs sm_89+; groups must be >= 16; int4 needs K % 64 == 0)"
     )
     return supported
@@ -270,7 +328,8 @@ def _quantize_per_expert(
 
 
 class QuantizedLinear(nn.Module):
-    """Drop-in for a bias-free `nn.Linear` holding a packed weight, dequantized per call."""
+    """Drop-in for a bias-free `nn.Linear` holding a packed weight (in any form an experts projection takes),
+    dequantized per call."""
 
     def __init__(self, *, mode: str, in_features: int, out_features: int) -> None:
         super().__init__()
@@ -280,6 +339,8 @@ class QuantizedLinear(nn.Module):
         self.out_features = out_features
         self.register_buffer("weight_data", torch.empty(0, dtype=torch.uint8))
         self.register_buffer("weight_scales", torch.empty(0))
+        for part in _OPTIONAL_PARTS:  # affine int4, two-level scales (QuantizedExperts)
+            self.register_buffer(f"weight_{part}", None)
         self.backend: Backend = "auto"
         """auto: the fused dequant-GEMM on CUDA where it applies, else dequantize + F.linear."""
         self.quantize_activations = True
@@ -293,17 +354,23 @@ class QuantizedLinear(nn.Module):
         return module
 
     def resident_bytes(self) -> int:
-        return packed_bytes(self.weight_data, self.weight_scales)
+        return _packed_parts_bytes(self, "weight")
+
+    def unpacked(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight `[out, in]` in `dtype`."""
+        return dequantize(self.weight_data, self.weight_scales, self.mode, dtype, mins=self.weight_mins,
+                          super_scales=self.weight_super_scales, super_mins=self.weight_super_mins)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         group = group_of(self.weight_data, self.weight_scales, self.mode)
-        if _use_fused(self.backend, x.device, self.mode, group, in_features=(self.in_features,)):
+        if _use_fused(self.backend, x.device, ((self.mode, group, self.in_features),)):
             from ..kernels.fused_moe import fused_linear
 
             activations = _activation_kind(self.quantize_activations, x.device, self.mode)
-            return fused_linear(x, self.weight_data, self.weight_scales, self.mode, activations=activations)
-        weight = dequantize(self.weight_data, self.weight_scales, self.mode, x.dtype)  # [out, in]
-        return nn.functional.linear(x, weight)
+            return fused_linear(x, self.weight_data, self.weight_scales, self.mode, mins=self.weight_mins,
+                                activations=activations, super_scales=self.weight_super_scales,
+                                super_mins=self.weight_super_mins)
+        return nn.functional.linear(x, self.unpacked(x.dtype))
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, mode={self.mode}"
@@ -552,7 +619,8 @@ def _assign(
 
 def _empty_quantized(spec: dict, original: nn.Module) -> nn.Module:
     if spec["kind"] == "QuantizedExperts":
-        return QuantizedExperts(mode=spec["mode"], num_experts=spec["num_experts"], act_fn=original.act_fn)
+        return QuantizedExperts(mode=spec["mode"], num_experts=spec["num_experts"], act_fn=original.act_fn,
+                                down_mode=spec["down_mode"])
     assert spec["kind"] == "QuantizedLinear", f"unknown quantized module kind {spec['kind']!r}"
     return QuantizedLinear(
         mode=spec["mode"], in_features=spec["in_features"], out_features=spec["out_features"]
@@ -561,7 +629,7 @@ def _empty_quantized(spec: dict, original: nn.Module) -> nn.Module:
 
 def _module_shape(module: nn.Module) -> dict:
     if isinstance(module, QuantizedExperts):
-        return {"num_experts": module.num_experts}
+        return {"num_experts": module.num_experts, "down_mode": module.down_mode}
     return {"in_features": module.in_features, "out_features": module.out_features}
 
 
@@ -577,11 +645,10 @@ def _report_from_loaded(model: nn.Module, mode: str, group_size: int) -> Quantiz
 
     def bf16_bytes(module: nn.Module) -> int:
         if isinstance(module, QuantizedExperts):
-            shapes = [module.gate_up_data.shape, module.down_data.shape]
+            packed = [(module.gate_up_data, module.mode), (module.down_data, module.down_mode)]
         else:
-            shapes = [module.weight_data.shape]
-        unpack = values_per_element(module.mode)
-        return sum(2 * s[:-1].numel() * s[-1] * unpack for s in shapes)
+            packed = [(module.weight_data, module.mode)]
+        return sum(2 * data.numel() * values_per_element(mode) for data, mode in packed)
 
     return QuantizationReport(
         mode=mode,

@@ -186,14 +186,14 @@ class SkeletonFiller:
     """
 
     def __init__(self, skeleton: nn.Module, *, device: str, mode: str, group_size: int = DEFAULT_GROUP_SIZE,
-                 mode_of: ModeOf | None = None) -> None:
+                 mode_of: ModeOf | None = None, down_mode_of: ModeOf | None = None) -> None:
         self.skeleton = skeleton
         self.device = device
         self.mode = mode
         self.group_size = group_size
         self.mapper = KeyMapper(skeleton)
         if mode_of is not None:  # a pre-quantized checkpoint (formats/): each module in the mode its tensors fit
-            self.targets = _quantized_targets(skeleton, replace_with_mode=mode_of)
+            self.targets = _quantized_targets(skeleton, replace_with_mode=mode_of, down_mode_of=down_mode_of)
         else:
             self.targets = _quantized_targets(skeleton, replace_with_mode=mode) if mode in PACKED_MODES else {}
         self.parameters = _tied_names(skeleton)
@@ -230,13 +230,14 @@ class SkeletonFiller:
 
 
 def _quantized_targets(model: nn.Module, replace_with_mode: str | ModeOf | None = None,
-                       ) -> dict[str, tuple[nn.Module, str]]:
+                       down_mode_of: ModeOf | None = None) -> dict[str, tuple[nn.Module, str]]:
     """Checkpoint names of the tensors to pack -> (their packed module, "gate_up" | "down" | "weight").
 
     With `replace_with_mode`, every expert/linear module (each tied position) is
     swapped for one empty packed module per tied group, filled as tensors arrive.
     A `ModeOf` picks the mode per tied group; a group it answers None for stays
-    as it is (full precision) and is no target.
+    as it is (full precision) and is no target. `down_mode_of` picks an experts
+    group's down projection's mode where it differs (None: the group's mode).
     """
     experts_groups, linear_groups = _quantizable_modules(model)
     targets: dict[str, tuple[nn.Module, str]] = {}
@@ -251,8 +252,9 @@ def _quantized_targets(model: nn.Module, replace_with_mode: str | ModeOf | None 
         mode = mode_for(modules)
         if replace_with_mode is not None and mode is None:
             continue
-        packed = (QuantizedExperts(mode=mode, num_experts=original.num_experts, act_fn=original.act_fn)
-                  if mode else original)
+        down_mode = down_mode_of(tuple(name for name, _ in modules)) if down_mode_of and mode else None
+        packed = (QuantizedExperts(mode=mode, num_experts=original.num_experts, act_fn=original.act_fn,
+                                   down_mode=down_mode) if mode else original)
         for name, _ in modules:
             targets[f"{name}.gate_up_proj"] = (packed, "gate_up")
             targets[f"{name}.down_proj"] = (packed, "down")

@@ -3,8 +3,8 @@
 Proves, per format (GGUF Q4_K_M and Q8_0, compressed-tensors FP8-dynamic and NVFP4, ModelOpt
 NVFP4), on the real architecture shrunk (6 layers, hidden 256, 8 experts of width 96 — a width
 Q4_K's 256-blocks do not tile, as the real 704): the files are found and said to be what they
-are; the packed weights are the format's own dequantized weights (a GGUF Q8_0 and an FP8 checkpoint
-bit for bit, NVFP4 up to its scales' rounding to bf16); a decoder step agrees
+are; the packed weights are the format's own dequantized weights (every tensor of a GGUF Q4_K_M, a Q8_0
+and an FP8 checkpoint bit for bit, NVFP4 up to its scales' rounding to bf16); a decoder step agrees
 with the bf16 model's argmax; a GGUF's repack is saved and the next start reads it instead;
 the published GGUF's tensor names are the ones the loader maps; MLX, NVFP4 off an FP4 card and
 a second quantization are refused in one line naming what to do; and a GGUF load holds far less
@@ -66,17 +66,29 @@ else:
 KINDS = ("gguf-Q4_K_M", "gguf-Q8_0", "ct-fp8", "ct-nvfp4", "modelopt-nvfp4")
 
 
+class _Checkpoints(dict):
+    """Folder per kind, each written the first time a test asks for it (a `-k` run writes only what it reads)."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, kind: str) -> Path:
+        assert kind == "base" or kind in KINDS, kind
+        if kind == "base":
+            subprocess.run([sys.executable, "-c", BUILD, str(self.root / "base")], check=True, capture_output=True,
+                           timeout=300)
+        else:
+            subprocess.run([sys.executable, "-c", WRITE, str(self["base"]), str(self.root / kind), kind], check=True,
+                           capture_output=True, timeout=600)
+        self[kind] = self.root / kind
+        return self[kind]
+
+
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, Path]:
     """The shrunk model in bf16 ("base") and in each format; GGUF folders carry no config (as published)."""
-    root = tmp_path_factory.mktemp("formats")
-    subprocess.run([sys.executable, "-c", BUILD, str(root / "base")], check=True, capture_output=True, timeout=300)
-    folders = {"base": root / "base"}
-    for kind in KINDS:
-        subprocess.run([sys.executable, "-c", WRITE, str(root / "base"), str(root / kind), kind], check=True,
-                       capture_output=True, timeout=600)
-        folders[kind] = root / kind
-    return folders
+    return _Checkpoints(tmp_path_factory.mktemp("formats"))
 
 
 @pytest.fixture
@@ -145,6 +157,58 @@ def test_gguf_q8_0_repacks_to_int8_exactly(checkpoints, with_config, tmp_path, m
     ours = dequantize(experts.gate_up_data, experts.gate_up_scales, "int8", torch.float32).reshape(-1, 256)
     assert experts.gate_up_scales.shape[-2] == 256 // 32 and experts.gate_up_scales.dtype == torch.float16
     assert torch.equal(ours, own)
+
+
+def _held_weight(model, key: str) -> torch.Tensor:
+    """The fp32 weight a loaded `model` holds for checkpoint key `key`: packed ones unpacked (each projection in its
+    own mode and form), the rest as they are."""
+    from dgemma_lsp.engine.weights.quantization import QuantizedExperts, QuantizedLinear
+
+    module_name, _, attr = key.rpartition(".")
+    module = model.get_submodule(module_name)
+    if isinstance(module, QuantizedExperts):
+        return module.unpacked(attr.removesuffix("_proj"), torch.float32)
+    if isinstance(module, QuantizedLinear):
+        return module.unpacked(torch.float32)
+    held = module._parameters[attr] if attr in module._parameters else module._buffers[attr]
+    return held.detach().float()
+
+
+def test_gguf_q4_k_m_loads_every_tensor_exactly_as_gguf_dequantizes_it(checkpoints, with_config, tmp_path,
+                                                                       monkeypatch):
+    """"A repack must not lose more than the format already lost": every tensor of a Q4_K_M file (Q4_K, Q6_K,
+    Q5_0, Q8_0 and F32 in one file, one experts module holding Q4_K gate_up and Q5_0/Q8_0 down) loads to the
+    values gguf's own dequantizer gives, bit for bit (CPU: float32), on the first start and from the cache."""
+    import gguf as gguf_package
+    from transformers import AutoConfig
+
+    from dgemma_lsp.engine.weights.formats import gguf
+
+    monkeypatch.setenv("DGEMMA_LSP_CACHE", str(tmp_path / "cache"))
+    folder = with_config("gguf-Q4_K_M")
+    first, _, _ = loading.load_model_and_tokenizer(str(folder))
+    again, _, _ = loading.load_model_and_tokenizer(str(folder))
+    assert (first.loaded_from_packed_cache, again.loaded_from_packed_cache) == (False, True)
+    (file,) = folder.glob("*.gguf")
+    tensors, _ = gguf.read_tensors((file,))
+    skeleton = loading._skeleton(AutoConfig.from_pretrained(folder), torch.float32)
+    names = gguf.checkpoint_names(skeleton, 6)
+    kinds = gguf_package.GGMLQuantizationType
+    types = {t.name: kinds(t.qtype) for t in tensors}
+    assert {kinds.Q4_K, kinds.Q6_K, kinds.Q5_0, kinds.Q8_0, kinds.F32} <= set(types.values())
+    assert types["blk.0.ffn_gate_up_exps.weight"] == kinds.Q4_K
+    assert types["blk.0.ffn_down_exps.weight"] in (kinds.Q5_0, kinds.Q8_0)
+    differ = []
+    for tensor in tensors:
+        rows = int(np.prod(tensor.shape[:-1])) if len(tensor.shape) > 1 else 1
+        own = torch.from_numpy(gguf.dequantize_rows(tensor, 0, rows)).reshape(tensor.shape)
+        for start, model in (("first start", first), ("from the cache", again)):
+            held = _held_weight(model, names[tensor.name])
+            held = held[: own.shape[0]] if held.dim() == 2 and held.shape[1:] == own.shape[1:] else held
+            if not torch.equal(held.reshape(own.shape), own):
+                error = float((held.reshape(own.shape) - own).norm() / own.norm())
+                differ.append(f"{tensor.name} ({types[tensor.name].name}, {start}): {error:.2e}")
+    assert not differ, f"{len(differ)} differ:\n" + "\n".join(differ)
 
 
 def test_a_gguf_repack_is_saved_and_read_back_on_the_next_start(checkpoints, with_config, tmp_path, monkeypatch):
@@ -315,27 +379,48 @@ def test_a_gguf_load_holds_no_more_than_the_bf16_streaming_load_in_its_mode(tmp_
 
 
 KERNELS = """
-import sys, torch
+import json, sys, torch
 from dgemma_lsp.engine.weights.loading import load_model_and_tokenizer
 torch.manual_seed(0)
 model, _, _ = load_model_and_tokenizer(sys.argv[1])
 experts = model.model.decoder.layers[0].experts
 hidden, index, weights = torch.randn(8, 256), torch.randint(0, 8, (8, 2)), torch.rand(8, 2)
-reference = experts.forward_loop(hidden, index, weights)
+def rel(value, reference):
+    return float((value - reference).norm() / reference.norm())
 experts.backend, experts.quantize_activations = "triton", False
-error = float((experts(hidden, index, weights) - reference).norm() / reference.norm())
-print(experts.gate_up_scales.dtype, error)
+figures = {"scales": str(experts.gate_up_scales.dtype), "modes": [experts.mode, experts.down_mode],
+           "mins": experts.gate_up_mins is not None,
+           "super": None if experts.gate_up_super_scales is None else str(experts.gate_up_super_scales.dtype),
+           "experts": rel(experts(hidden, index, weights), experts.forward_loop(hidden, index, weights))}
+# w8a8 where a projection's weights are 8-bit: the kernels quantize that projection's activations, and only its
+experts.quantize_activations = True
+figures["w8a8"] = rel(experts(hidden, index, weights),
+                     experts.forward_loop(hidden, index, weights, activations=experts.down_mode))
+linear = model.model.decoder.layers[0].self_attn.q_proj
+reference = linear(hidden)
+linear.backend, linear.quantize_activations = "triton", False
+figures["linear"] = rel(linear(hidden), reference)
+print(json.dumps(figures))
 """
 
 
-@pytest.mark.parametrize(("kind", "scale_dtype"), [("ct-fp8", "torch.float32"), ("gguf-Q8_0", "torch.float16")])
-def test_the_fused_kernels_read_the_checkpoints_own_scales(kind, scale_dtype, checkpoints, with_config, tmp_path):
-    """FP8-dynamic's float32 scale per row and Q8_0's fp16 scale per 32 go through the Triton expert kernel
-    (on the CPU in Triton's interpreter) as bf16 scales do: it matches the torch loop."""
+@pytest.mark.parametrize(("kind", "scales", "modes", "mins", "super_scales"), [
+    ("ct-fp8", "torch.float32", ["fp8", "fp8"], False, None),
+    ("gguf-Q8_0", "torch.float16", ["int8", "int8"], False, None),
+    ("gguf-Q4_K_M", "torch.uint8", ["int4", "int8"], True, "torch.float16"),
+])
+def test_the_fused_kernels_read_the_checkpoints_own_scales(kind, scales, modes, mins, super_scales, checkpoints,
+                                                           with_config, tmp_path):
+    """FP8-dynamic's float32 scale per row, Q8_0's fp16 scale per 32 and Q4_K_M's affine int4 gate_up (uint8 sc
+    and m per 32 under fp16 d and -dmin per 256) beside int8 down go through the Triton expert kernel (on the
+    CPU in Triton's interpreter) as bf16 scales do: it matches the torch loop, and each projection's w8a8 goes
+    with its own weights' kind."""
     folder = with_config(kind) if kind.startswith("gguf") else checkpoints[kind]
     env = {**os.environ, "TRITON_INTERPRET": "1", "DGEMMA_LSP_CACHE": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", KERNELS, str(folder)], capture_output=True, text=True, env=env,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    dtype, error = done.stdout.split()
-    assert dtype == scale_dtype and float(error) < 1e-5
+    figures = json.loads(done.stdout)
+    assert (figures["scales"], figures["modes"], figures["mins"], figures["super"]) == (scales, modes, mins,
+                                                                                        super_scales)
+    assert figures["experts"] < 1e-5 and figures["linear"] < 1e-5 and figures["w8a8"] < 1e-5

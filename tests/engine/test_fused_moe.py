@@ -39,9 +39,11 @@ from dgemma_lsp.engine.kernels.quant_formats import (  # noqa: E402
     dequantize,
     dequantize_activations,
     legacy_layout,
+    pack_int4_tiles,
     quantize,
     quantize_activations,
     quantize_int4_affine,
+    unpack_int4_tiles,
 )
 from dgemma_lsp.engine.model.tiny_model import build_tiny_model  # noqa: E402
 from dgemma_lsp.engine.weights.quantization import QuantizedExperts, QuantizedLinear, quantize_model  # noqa: E402
@@ -203,6 +205,68 @@ def test_affine_int4_experts_equal_their_reference(swap):
     torch.testing.assert_close(fused, reference, **FP32_TOLERANCE)
 
 
+def _two_level(generator: torch.Generator, stack: torch.Tensor, mode: str, group: int, super_group: int):
+    """Random packed weights shaped like `stack` `[E, N, K]` with two-level scales, as a GGUF Q4_K (`int4`: affine,
+    uint8 sub-scales and sub-mins under fp16 super scales and negative super mins) or Q6_K-like `int8` (int8
+    sub-scales under fp16 super scales) loads: {data, scales, mins, super_scales, super_mins} (group-major)."""
+    experts, n, k = stack.shape
+    groups, supers = k // group, k // super_group
+
+    def fp16(*shape, sign=1.0):  # weights of about 0.1 either way, as a real checkpoint's
+        return (sign * (torch.rand(*shape, generator=generator) + 0.5) * 4e-4).to(torch.float16)
+
+    if mode == "int4":
+        codes = torch.randint(0, 16, (experts, n, k), generator=generator, dtype=torch.uint8)
+        return dict(data=pack_int4_tiles(codes),
+                    scales=torch.randint(0, 64, (experts, groups, n), generator=generator, dtype=torch.uint8),
+                    mins=torch.randint(0, 64, (experts, groups, n), generator=generator, dtype=torch.uint8),
+                    super_scales=fp16(experts, supers, n), super_mins=fp16(experts, supers, n, sign=-1.0))
+    return dict(data=torch.randint(-127, 128, (experts, n, k), generator=generator, dtype=torch.int8),
+                scales=torch.randint(-4, 5, (experts, groups, n), generator=generator, dtype=torch.int8),
+                mins=None, super_scales=fp16(experts, supers, n), super_mins=None)
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])
+def test_two_level_scales_and_a_down_in_its_own_mode_equal_their_reference(swap):
+    """What a GGUF Q4_K_M loads as, through QuantizedExperts on the Triton path: affine int4 gate_up with
+    two-level scales (super per 64 inputs here: K = 192) beside an int8 down with its own two-level scales
+    (super per 64 over int8 sub-scales per 16, the 8-bit K loop); w8a8 then quantizes the down's input only."""
+    generator = torch.Generator().manual_seed(41)
+    experts = _Experts(generator)
+    module = QuantizedExperts(mode="int4", down_mode="int8", num_experts=EXPERTS, act_fn=experts.act_fn)
+    for which, mode, group in (("gate_up", "int4", 32), ("down", "int8", 16)):
+        packed = _two_level(generator, getattr(experts, f"{which}_proj"), mode, group, 64)
+        for part, tensor in packed.items():
+            setattr(module, f"{which}_{part}", tensor)
+    hidden = torch.randn(2 * CANVAS, HIDDEN, generator=generator)
+    index, weights = _routing(2 * CANVAS, 2, generator, crowded=True)
+    reference = _plain_reference(module.unpacked("gate_up", torch.float32), module.unpacked("down", torch.float32),
+                                 hidden, index, weights)  # fmt: skip
+    module.backend, module.quantize_activations = "triton", False
+    with torch.no_grad(), fused_moe.launch_settings(swap=swap):
+        torch.testing.assert_close(module(hidden, index, weights), reference, **FP32_TOLERANCE)
+        torch.testing.assert_close(module.forward_loop(hidden, index, weights), reference, **FP32_TOLERANCE)
+        module.quantize_activations = True
+        w8a8 = module(hidden, index, weights)
+        torch.testing.assert_close(w8a8, module.forward_loop(hidden, index, weights, activations="int8"),
+                                   **FP32_TOLERANCE)  # fmt: skip
+    assert not torch.allclose(w8a8, reference, **FP32_TOLERANCE)  # the down's input was rounded: w8a8 ran
+
+
+def test_two_level_scales_dequantize_as_their_products():
+    """scale = sub-scale x super scale and min = sub-min x super min per group, in fp32: GGUF Q4_K's
+    d * sc * q - dmin * m, exactly."""
+    generator = torch.Generator().manual_seed(43)
+    packed = _two_level(generator, torch.empty(1, 4, 512), "int4", 32, 256)
+    codes = unpack_int4_tiles(packed["data"]).float()  # [1, 4, 512]
+    sc, m = (packed[part].float().transpose(-1, -2).repeat_interleave(32, dim=-1) for part in ("scales", "mins"))
+    d, dmin = (packed[part].float().transpose(-1, -2).repeat_interleave(256, dim=-1)
+               for part in ("super_scales", "super_mins"))  # fmt: skip
+    expected = (d * sc) * codes + dmin * m
+    assert torch.equal(dequantize(mode="int4", dtype=torch.float32, **packed), expected)
+
+
 @pytest.mark.usefixtures("poisoned_outputs")
 @pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])
 @pytest.mark.parametrize("mode", ["int8", "fp8"])
@@ -358,10 +422,16 @@ def _gemm_cases():
                None),
               dict(num_rows=CANVAS, out_rows=CANVAS, n=24, a_row_div=1, out_row_div=1, block_m=16,
                    weights="int4-affine", activations="none", gated=False))  # fmt: skip
-    return {"gate_up": gate_up, "down": down, "dense": dense, "affine": affine}, index, module, hidden, weights
+    two_level = _two_level(generator, torch.empty(1, 24, HIDDEN), "int4", 32, 64)
+    q4_k = ((hidden, two_level["data"], two_level["scales"], two_level["mins"], None, None, None, None),
+            dict(num_rows=CANVAS, out_rows=CANVAS, n=24, a_row_div=1, out_row_div=1, block_m=16,
+                 weights="int4-affine", activations="none", gated=False, ss=two_level["super_scales"],
+                 sm=two_level["super_mins"]))  # fmt: skip
+    cases = {"gate_up": gate_up, "down": down, "dense": dense, "affine": affine, "two-level": q4_k}
+    return cases, index, module, hidden, weights
 
 
-@pytest.mark.parametrize("case", ["gate_up", "down", "dense", "affine"])
+@pytest.mark.parametrize("case", ["gate_up", "down", "dense", "affine", "two-level"])
 def test_expert_gemm_is_a_custom_op_whose_fake_matches_the_kernel(case):
     """opcheck: schema (nothing mutated), fake implementation vs the real launch, and tracing."""
     cases, *_ = _gemm_cases()

@@ -29,8 +29,9 @@ from .detect import CT_FP8, GGUF, MLX, NVFP4_FORMATS, PLAIN, Found, find_format
 
 log = logging.getLogger(__name__)
 
-GGUF_CACHE_VERSION = 1
-"""Bump when the GGUF repack changes (group sizes, modes): older packed caches are rebuilt."""
+GGUF_CACHE_VERSION = 2
+"""Bump when the GGUF repack changes (group sizes, modes): older packed caches are rebuilt. 2: lossless (Q4_K as
+affine int4, each projection in its own mode)."""
 
 __all__ = ["Found", "Sizes", "check_runs_here", "find_format", "load", "sizes"]
 

@@ -12,19 +12,24 @@ decoder's), and may cut `token_embd` to the tokenizer's length. `gguf` 0.19 (PyP
 gguf-py's `GEMMA4` map, checked against the tensor list of the published Q4_K_M file (692
 tensors: fused `ffn_gate_up_exps` [E, 2I, H], no `attn_v` on the 5 full-attention layers).
 
-Repack. Each tensor's blocks are dequantized to fp32 by gguf's own `gguf.quants.dequantize`
-(bit-exact with ggml), a few experts at a time, then packed by `quant_formats.quantize`:
-- a 4-bit type (Q4_K, Q4_0, IQ4_*, ...) -> int4, groups of 32 (Q4_K's sub-block);
-- Q8_0, Q5_0, Q6_K -> int8 with the file's own values and block scales (`exact_int8`: fp16 scales
-  per 32 for Q8_0/Q5_0, float32 per 16 for Q6_K, which the kernels read as they read bf16): nothing
-  is lost; Q5_K -> int8 in groups of 32 through `quantize` (its values fit; the scale is re-rounded);
+Repack. Every tensor of a Q4_K_M or Q8_0 file is placed without loss: the packed weights
+dequantize to exactly what gguf's own `gguf.quants.dequantize` (bit-exact with ggml) gives,
+a few experts at a time, each projection in the form its own type fits (`_exact_forms`):
+- Q4_K -> affine int4 in groups of 32 (Q4_K's sub-block) with two-level scales: the block's 4-bit
+  codes, its 6-bit sc and m per 32 (uint8) and its fp16 d and -dmin per 256 as they are; the kernels
+  take scale = sc * d and min = m * -dmin in fp32 (17 bits: exact); 4.625 bits per weight where Q4_K
+  takes 4.5 (float32 scales and mins per 32 would take 6);
+- Q8_0, Q5_0, Q6_K -> int8 with the file's own values and block scales (fp16 per 32 for
+  Q8_0 / Q5_0, float32 d * sc per 16 for Q6_K);
 - F32/F16/BF16 -> kept in full precision (or packed like the bf16 loader when asked).
-One expert module holds one mode, so a module takes its gate_up's (2/3 of its bytes): in Q4_K_M
-llama.cpp writes `ffn_down_exps` as Q5_0 or Q8_0 (704 columns do not tile Q4_K's 256), and those
-are packed to int4 with gate_up. What that loses, against the GGUF's own dequantized weights, is
-measured by `dgemma-lsp bench formats` (RESULTS); what would make it lossless is written there
-and in docs/configuration.md. The packed result is saved like `--quantization`'s cache, so only
-the first start dequantizes.
+An experts module holds gate_up and down each in its own mode: in Q4_K_M llama.cpp writes
+`ffn_down_exps` as Q5_0 or Q8_0 (704 columns do not tile Q4_K's 256; Q6_K on `use_more_bits`
+layers), so one layer has Q4_K gate_up as affine int4 beside int8 down. The kernels read every
+one of these scales (fp16, float32, uint8 under fp16) and mins as they read bf16 ones. Other types are dequantized and re-packed
+by `quant_formats.quantize`, which rounds again: a 4-bit one (Q4_0, IQ4_*, ...) -> symmetric int4
+in groups of 32, Q5_K -> int8 in groups of 32. `dgemma-lsp bench formats` measures each repack
+against the GGUF's own dequantized weights (RESULTS). The packed result is saved like
+`--quantization`'s cache, so only the first start reads the blocks.
 
 Host memory: the file is read with positioned reads (`numpy.fromfile(offset=)`), never mapped
 whole, so a load holds a chunk of experts' blocks and their fp32 values, never the file.
@@ -43,7 +48,7 @@ import torch
 from torch import nn
 
 from ...errors import ModelLoadError
-from ...kernels.quant_formats import effective_group_size, quantize
+from ...kernels.quant_formats import effective_group_size, pack_int4_tiles, quantize
 from ..streaming import PACK_CHUNK_BYTES, SkeletonFiller, _numel, _packed_bytes, _quantized_targets
 from ..text_model import is_vision_key
 
@@ -147,17 +152,52 @@ def gguf_name(key: str, name_map) -> str | None:
 
 
 def packed_mode_of(qtype: int) -> tuple[str | None, int]:
-    """(mode, group) a GGUF type packs into losing the least: None for float types (kept as they are)."""
+    """(mode, group) a GGUF type packs into losing the least (nothing for `_exact_forms`' types): None for float
+    types (kept as they are)."""
     import gguf
 
     kind = gguf.GGMLQuantizationType(qtype)
     if kind in (gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16, gguf.GGMLQuantizationType.BF16):
         return None, 0
+    exact = _exact_forms().get(int(kind))
+    if exact is not None:
+        return exact.mode, exact.group
     block, size = gguf.GGML_QUANT_SIZES[kind]
     bits = size * 8 / block
     if bits <= 4.5:  # 4-bit values (+ scales): int4 in Q4_K's sub-block of 32
         return "int4", 32
-    return "int8", 16 if kind == gguf.GGMLQuantizationType.Q6_K else 32
+    return "int8", 32
+
+
+@dataclass(frozen=True)
+class ExactForm:
+    """How a GGUF type's blocks go into one of our layouts as they are (`exact_int8`, `exact_int4_affine`)."""
+
+    mode: str
+    block_bytes: int
+    group: int
+    """Inputs per scale."""
+    scale_bytes: int
+    """Bytes per stored scale: fp16 where the block's scale is one fp16, float32 where it is a product, uint8
+    where it is a sub-scale under a super scale."""
+    min_bytes: int = 0
+    """Bytes per stored min (affine int4); 0: none."""
+    super_group: int = 0
+    """Inputs per super scale (and super min) of two-level scales; 0: one level."""
+    super_bytes: int = 0
+    """Bytes per super-block: its super scale and super min."""
+
+
+def _exact_forms() -> dict[int, ExactForm]:
+    """GGUF type -> its exact form. Q8_0 and Q5_0 keep their fp16 block scale as it is; Q6_K's scale is fp16 d
+    times an int8 sub-scale (up to 19 bits): float32 per 16; Q4_K keeps its two levels (uint8 sc and m per 32,
+    fp16 d and -dmin per 256)."""
+    import gguf
+
+    kinds = gguf.GGMLQuantizationType
+    return {int(kinds.Q8_0): ExactForm("int8", 34, 32, 2), int(kinds.Q5_0): ExactForm("int8", 22, 32, 2),
+            int(kinds.Q6_K): ExactForm("int8", 210, 16, 4),
+            int(kinds.Q4_K): ExactForm("int4", 144, 32, 1, 1, super_group=256, super_bytes=4)}
 
 
 @dataclass(frozen=True)
@@ -165,23 +205,29 @@ class Plan:
     """How each checkpoint tensor lands: packed (mode, group) or kept; and the load's label."""
 
     modes: dict[str, str | None]
-    """Module name (each tied name) -> packed mode; None: full precision."""
+    """Module name (each tied name) -> packed mode (an experts module's gate_up's); None: full precision."""
+    down_modes: dict[str, str]
+    """Experts module name (each tied name) -> its down projection's packed mode (its own type's)."""
     groups: dict[str, tuple[str, int]]
     """Checkpoint key of a packed tensor -> (mode, group)."""
     mode: str
     """The mode most of the expert bytes are in ("none" when they stay float)."""
     exact: frozenset[str] = frozenset()
-    """Keys placed as int8 with the file's own values and block scales (Q8_0, Q5_0, Q6_K): nothing lost."""
+    """Keys placed with the file's own values and block scales (`_exact_forms`' types): nothing lost."""
 
     def mode_of(self, names: tuple[str, ...]) -> str | None:
         return next((self.modes[name] for name in names if name in self.modes), None)
 
+    def down_mode_of(self, names: tuple[str, ...]) -> str | None:
+        return next((self.down_modes[name] for name in names if name in self.down_modes), None)
+
 
 def plan(tensors: list[GgufTensor], names: dict[str, str], skeleton: nn.Module, quantization: str) -> Plan:
-    """Per-module modes for these tensors; `quantization` (the flag) applies only to float tensors."""
+    """Per-projection modes for these tensors; `quantization` (the flag) applies only to float tensors."""
     targets = _quantized_targets(skeleton)
     by_key = {names[t.name]: t for t in tensors if t.name in names}
     modes: dict[str, str | None] = {}
+    down_modes: dict[str, str] = {}
     groups: dict[str, tuple[str, int]] = {}
     exact: set[str] = set()
     expert_bytes: dict[str, int] = {}
@@ -195,20 +241,23 @@ def plan(tensors: list[GgufTensor], names: dict[str, str], skeleton: nn.Module, 
         modes[key.rsplit(".", 1)[0]] = mode
         if which == "gate_up":
             expert_bytes[mode or "none"] = expert_bytes.get(mode or "none", 0) + _numel(tensor.shape)
-    for key in targets:
+    for key, (_module, which) in targets.items():
         module_name = key.rsplit(".", 1)[0]
         mode = modes.get(module_name)
         tensor = by_key.get(key)
         if mode is None or tensor is None:
             continue
         own_mode, own_group = packed_mode_of(tensor.qtype)
-        group = own_group if own_mode == mode else 32 if own_mode is not None else 128
+        if which == "down":  # in its own type's mode (Q4_K_M: int8 down beside int4 gate_up); a float one in gate_up's
+            mode = down_modes[module_name] = own_mode or mode
+        group = own_group if own_mode == mode else 128
         groups[key] = (mode, effective_group_size(tensor.shape[-1], group))
-        if mode == "int8" and tensor.qtype in _exact_types():
+        if own_mode == mode and tensor.qtype in _exact_forms():
             exact.add(key)
     _tie_modes(skeleton, modes)
+    _tie_modes(skeleton, down_modes)
     label = max(expert_bytes, key=expert_bytes.get) if expert_bytes else "none"
-    return Plan(modes, groups, label, frozenset(exact))
+    return Plan(modes=modes, down_modes=down_modes, groups=groups, mode=label, exact=frozenset(exact))
 
 
 def planned_bytes(tensors: list[GgufTensor], names: dict[str, str], the_plan: Plan, dtype: torch.dtype) -> int:
@@ -220,8 +269,10 @@ def planned_bytes(tensors: list[GgufTensor], names: dict[str, str], the_plan: Pl
         if key is None:
             continue
         if key in the_plan.exact:
-            _, group, scale_bytes = _exact_layout(tensor.qtype)
-            total += _numel(tensor.shape) * (1 + scale_bytes / group)
+            form = _exact_forms()[tensor.qtype]
+            value_bytes = 0.5 if form.mode == "int4" else 1
+            per_super = form.super_bytes / form.super_group if form.super_group else 0
+            total += _numel(tensor.shape) * (value_bytes + (form.scale_bytes + form.min_bytes) / form.group + per_super)
         elif key in the_plan.groups:
             mode, group = the_plan.groups[key]
             total += _packed_bytes(tensor.shape, mode, group)
@@ -234,7 +285,8 @@ def stream_load(skeleton: nn.Module, found_files: tuple[Path, ...], tensors: lis
                 the_plan: Plan, *, device: str, dtype: torch.dtype, source: str,
                 progress: Callable[[int, int], None] | None = None):
     """Fill `skeleton` from the GGUF, each tensor dequantized and packed per `the_plan`; returns the report."""
-    filler = SkeletonFiller(skeleton, device=device, mode=the_plan.mode, group_size=32, mode_of=the_plan.mode_of)
+    filler = SkeletonFiller(skeleton, device=device, mode=the_plan.mode, group_size=32, mode_of=the_plan.mode_of,
+                            down_mode_of=the_plan.down_mode_of)
     ordered = sorted(tensors, key=lambda t: (t.file.name, t.offset))
     unknown = [t.name for t in ordered if t.name not in names and t.name not in EXPECTED_UNUSED]
     if unknown:
@@ -283,46 +335,61 @@ def dequantize_rows(tensor: GgufTensor, first: int, count: int) -> np.ndarray:
 
 def _pack(module: nn.Module, which: str, tensor: GgufTensor, mode: str, group: int, device: str,
           exact: bool = False) -> None:
-    """Dequantize and pack `tensor` into `module`'s `{which}_data`/`_scales`, a chunk of experts at a time;
-    `exact`: as int8 holding the file's own values and block scales (exact_int8)."""
+    """Place `tensor` in `module`'s `{which}_data` / `_scales` (and `_mins`, `_super_scales`, `_super_mins`), a
+    chunk of experts at a time:
+    `exact`: the file's own values and block scales (`exact_int8`, `exact_int4_affine`); else dequantized and
+    packed in `mode`."""
     shape = tensor.shape if len(tensor.shape) == 3 else (1, *tensor.shape)
     experts, rows, columns = shape
     budget = PACK_CHUNK_BYTES if str(device).startswith("cuda") else HOST_CHUNK_BYTES
     chunk = max(1, budget // (rows * columns * 4))
-    data = scales = None
+    stacks: list[torch.Tensor] | None = None  # data, scales[, mins, super scales, super mins] `[E, ...]`
     for start in range(0, experts, chunk):
         count = min(chunk, experts - start)
         if exact:
-            chunk_data, chunk_scales = exact_int8(tensor, start * rows, count * rows)
-            chunk_data = chunk_data.reshape(count, rows, columns).to(device)
-            chunk_scales = chunk_scales.reshape(count, rows, -1).transpose(-1, -2).contiguous().to(device)
+            parts = _exact_rows(tensor, start * rows, count * rows)
+            codes, *per_group = (part.reshape(count, rows, -1) for part in parts)
+            data = pack_int4_tiles(codes) if mode == "int4" else codes
+            # [count, N, K / g] -> group-major [count, K / g, N], as quant_formats stores every scale
+            pieces = [data.to(device), *(t.transpose(-1, -2).contiguous().to(device) for t in per_group)]
         else:
             values = torch.from_numpy(dequantize_rows(tensor, start * rows, count * rows)).reshape(
                 count, rows, columns)
-            chunk_data, chunk_scales = quantize(values.to(device), mode, group)
-        if data is None:
-            data = torch.empty((experts, *chunk_data.shape[1:]), dtype=chunk_data.dtype, device=device)
-            scales = torch.empty((experts, *chunk_scales.shape[1:]), dtype=chunk_scales.dtype, device=device)
-        data[start : start + count], scales[start : start + count] = chunk_data, chunk_scales
+            pieces = list(quantize(values.to(device), mode, group))
+        if stacks is None:
+            stacks = [torch.empty((experts, *piece.shape[1:]), dtype=piece.dtype, device=device) for piece in pieces]
+        for stack, piece in zip(stacks, pieces, strict=True):
+            stack[start : start + count] = piece
     if len(tensor.shape) == 2:
-        data, scales = data[0], scales[0]
-    setattr(module, f"{which}_data", data)
-    setattr(module, f"{which}_scales", scales)
+        stacks = [stack[0] for stack in stacks]
+    for part, stack in zip(("data", "scales", "mins", "super_scales", "super_mins"), stacks, strict=False):
+        setattr(module, f"{which}_{part}", stack)
     module._is_hf_initialized = True  # initialize_weights must leave packed modules alone
 
 
-def _exact_types() -> dict[int, tuple[int, int, int]]:
-    """GGUF types whose values fit int8 with a scale per block: type -> (block bytes, inputs per scale, scale
-    bytes as stored here). Q8_0 and Q5_0 keep their fp16 block scale as it is (fp16: exact); Q6_K's scale is
-    fp16 d times an int8 sub-scale, up to 19 bits, so float32."""
-    import gguf
-
-    kinds = gguf.GGMLQuantizationType
-    return {int(kinds.Q8_0): (34, 32, 2), int(kinds.Q5_0): (22, 32, 2), int(kinds.Q6_K): (210, 16, 4)}
+def _exact_rows(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor, ...]:
+    """Rows [first, first + count) in the tensor's exact form: (codes, scales[, mins, super scales, super mins]),
+    each `[count, ...]`."""
+    if _exact_forms()[tensor.qtype].mode == "int4":
+        return exact_int4_affine(tensor, first, count)
+    return exact_int8(tensor, first, count)
 
 
-def _exact_layout(qtype: int) -> tuple[int, int, int]:
-    return _exact_types()[qtype]
+def exact_int4_affine(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor, ...]:
+    """Rows [first, first + count) of a Q4_K tensor as affine int4 with two-level scales, every field as the
+    blocks hold it: codes uint8 `[count, K]` (0..15), sub-scales sc and sub-mins m uint8 `[count, K // 32]`,
+    super scales d and super mins -dmin fp16 `[count, K // 256]`. sc * d * code + m * -dmin in fp32 is gguf's
+    own dequantized weight (d * sc * q - dmin * m): the same exact products, the same one rounding."""
+    from gguf.quants import Q4_K
+
+    blocks = read_blocks(tensor, first, count).reshape(-1, 144)  # [n, 144]: d, dmin, 12 bytes of sc/m, 128 of codes
+    d = blocks[:, 0:2].copy().view(np.float16)  # [n, 1]
+    dmin = blocks[:, 2:4].copy().view(np.float16)
+    sub_scales, sub_mins = Q4_K.get_scale_min(blocks[:, 4:16].copy())  # [n, 8] each, 6-bit
+    # 4 chunks of 64 inputs per block: 32 bytes whose low nibbles are inputs 0..31, high nibbles 32..63
+    codes = (blocks[:, 16:].reshape(-1, 4, 1, 32) >> np.array([0, 4], dtype=np.uint8).reshape(1, 1, 2, 1)) & 0xF
+    fields = (codes, sub_scales.astype(np.uint8), sub_mins.astype(np.uint8), d, -dmin)  # fp16 negation is exact
+    return tuple(torch.from_numpy(np.ascontiguousarray(field).reshape(count, -1)) for field in fields)
 
 
 def exact_int8(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -332,7 +399,8 @@ def exact_int8(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor
     file's weight exactly. Scales in fp16 (Q8_0, Q5_0) or float32 (Q6_K), which the kernels read as bf16."""
     import gguf
 
-    block_bytes, group, scale_bytes = _exact_layout(tensor.qtype)
+    form = _exact_forms()[tensor.qtype]
+    block_bytes, group, scale_bytes = form.block_bytes, form.group, form.scale_bytes
     raw = read_blocks(tensor, first, count)
     blocks = raw.reshape(-1, block_bytes)
     if tensor.qtype == int(gguf.GGMLQuantizationType.Q6_K):

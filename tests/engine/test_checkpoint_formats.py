@@ -424,3 +424,28 @@ def test_the_fused_kernels_read_the_checkpoints_own_scales(kind, scales, modes, 
     assert (figures["scales"], figures["modes"], figures["mins"], figures["super"]) == (scales, modes, mins,
                                                                                         super_scales)
     assert figures["experts"] < 1e-5 and figures["linear"] < 1e-5 and figures["w8a8"] < 1e-5
+
+
+def test_the_dry_runs_empty_rows_are_shaped_and_typed_as_a_files_blocks_decode(checkpoints):
+    """bench/dryrun.py loads `--modes gguf-q4_k_m` through `gguf.stream_load` fed `gguf.empty_rows()` (fake
+    tensors, no file): each exact type's fields (Q4_K's codes, sc, m, d, -dmin; Q6_K's, Q5_0's and Q8_0's
+    values and scales) and each dequantized row must be what the file's rows give, or the dry run would place
+    another layout than a real load."""
+    import gguf as gguf_package
+
+    from dgemma_lsp.engine.weights.formats import gguf
+
+    (file,) = checkpoints["gguf-Q4_K_M"].glob("*.gguf")
+    tensors, _ = gguf.read_tensors((file,))
+    kinds = gguf_package.GGMLQuantizationType
+    first_of_type = {t.qtype: t for t in reversed(tensors) if len(t.shape) > 1}
+    assert {kinds.Q4_K, kinds.Q6_K, kinds.Q5_0, kinds.Q8_0} <= set(first_of_type)
+    files, empty = gguf.file_rows(), gguf.empty_rows()
+
+    def described(parts):
+        return [(tuple(part.shape), part.dtype) for part in parts]
+
+    for qtype, tensor in first_of_type.items():
+        assert described([empty.values(tensor, 1, 3)]) == described([files.values(tensor, 1, 3)]), kinds(qtype)
+        if qtype in (kinds.Q4_K, kinds.Q6_K, kinds.Q5_0, kinds.Q8_0):
+            assert described(empty.exact(tensor, 1, 3)) == described(files.exact(tensor, 1, 3)), kinds(qtype)

@@ -187,6 +187,22 @@ class ExactForm:
     super_bytes: int = 0
     """Bytes per super-block: its super scale and super min."""
 
+    def fields(self, count: int, columns: int) -> list[tuple[tuple[int, int], torch.dtype]]:
+        """(shape, dtype) of each tensor `_exact_rows` gives for `count` rows of `columns` inputs: codes,
+        scales[, mins][, super scales, super mins]. The dry run (bench/dryrun.py) makes fake rows of these."""
+        per_group = (count, columns // self.group)
+        fields = [((count, columns), torch.uint8 if self.mode == "int4" else torch.int8),
+                  (per_group, _STORED[self.scale_bytes])]
+        if self.min_bytes:
+            fields.append((per_group, _STORED[self.min_bytes]))
+        if self.super_group:  # a super scale and a super min, half the bytes each
+            fields += [((count, columns // self.super_group), _STORED[self.super_bytes // 2])] * 2
+        return fields
+
+
+_STORED = {1: torch.uint8, 2: torch.float16, 4: torch.float32}
+"""Dtype of a stored scale or min by its bytes (`ExactForm`): a uint8 sub-scale, an fp16 or float32 scale."""
+
 
 def _exact_forms() -> dict[int, ExactForm]:
     """GGUF type -> its exact form. Q8_0 and Q5_0 keep their fp16 block scale as it is; Q6_K's scale is fp16 d
@@ -278,13 +294,26 @@ def planned_bytes(tensors: list[GgufTensor], names: dict[str, str], the_plan: Pl
             total += _packed_bytes(tensor.shape, mode, group)
         else:
             total += _numel(tensor.shape) * size
-    return total
+    return round(total)  # the exact forms' fractional bytes per input add up to whole super-blocks
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """Where `stream_load` reads a tensor's rows: the file (the default), or the virtual-GPU dry run's fake tensors
+    of the same shapes and dtypes (bench/dryrun.py), so both run the same placement."""
+
+    exact: Callable[[GgufTensor, int, int], tuple[torch.Tensor, ...]]
+    """(tensor, first, count) -> rows [first, first + count) in the tensor's exact form (`_exact_rows`)."""
+    values: Callable[[GgufTensor, int, int], torch.Tensor]
+    """(tensor, first, count) -> those rows' fp32 values `[count, K]` (`dequantize_rows`)."""
 
 
 def stream_load(skeleton: nn.Module, found_files: tuple[Path, ...], tensors: list[GgufTensor], names: dict[str, str],
                 the_plan: Plan, *, device: str, dtype: torch.dtype, source: str,
-                progress: Callable[[int, int], None] | None = None):
-    """Fill `skeleton` from the GGUF, each tensor dequantized and packed per `the_plan`; returns the report."""
+                progress: Callable[[int, int], None] | None = None, rows: RowSource | None = None):
+    """Fill `skeleton` from the GGUF, each tensor dequantized and packed per `the_plan`; returns the report.
+    `rows`: where tensors' rows come from (default: the files)."""
+    rows = rows or file_rows()
     filler = SkeletonFiller(skeleton, device=device, mode=the_plan.mode, group_size=32, mode_of=the_plan.mode_of,
                             down_mode_of=the_plan.down_mode_of)
     ordered = sorted(tensors, key=lambda t: (t.file.name, t.offset))
@@ -302,10 +331,10 @@ def stream_load(skeleton: nn.Module, found_files: tuple[Path, ...], tensors: lis
                 if name in filler.targets and key in the_plan.groups:
                     module, which = filler.targets[name]
                     mode, group = the_plan.groups[key]
-                    _pack(module, which, tensor, mode, group, device, exact=key in the_plan.exact)
+                    _pack(module, which, tensor, mode, group, device, rows, exact=key in the_plan.exact)
                 else:
                     target = _target_shape(skeleton, name, tensor.shape)
-                    filler.put(key, lambda tensor=tensor, target=target: _dense(tensor, dtype, target))
+                    filler.put(key, lambda tensor=tensor, target=target: _dense(tensor, dtype, target, rows))
             if progress is not None:
                 progress(done, steps)
     return filler.finish(source)
@@ -333,8 +362,14 @@ def dequantize_rows(tensor: GgufTensor, first: int, count: int) -> np.ndarray:
         count, tensor.shape[-1])
 
 
+def file_rows() -> RowSource:
+    """The rows as the file's blocks give them (`stream_load`'s default)."""
+    return RowSource(exact=_exact_rows, values=lambda tensor, first, count: torch.from_numpy(
+        dequantize_rows(tensor, first, count)))
+
+
 def _pack(module: nn.Module, which: str, tensor: GgufTensor, mode: str, group: int, device: str,
-          exact: bool = False) -> None:
+          rows_from: RowSource, exact: bool = False) -> None:
     """Place `tensor` in `module`'s `{which}_data` / `_scales` (and `_mins`, `_super_scales`, `_super_mins`), a
     chunk of experts at a time:
     `exact`: the file's own values and block scales (`exact_int8`, `exact_int4_affine`); else dequantized and
@@ -347,14 +382,13 @@ def _pack(module: nn.Module, which: str, tensor: GgufTensor, mode: str, group: i
     for start in range(0, experts, chunk):
         count = min(chunk, experts - start)
         if exact:
-            parts = _exact_rows(tensor, start * rows, count * rows)
+            parts = rows_from.exact(tensor, start * rows, count * rows)
             codes, *per_group = (part.reshape(count, rows, -1) for part in parts)
             data = pack_int4_tiles(codes) if mode == "int4" else codes
             # [count, N, K / g] -> group-major [count, K / g, N], as quant_formats stores every scale
             pieces = [data.to(device), *(t.transpose(-1, -2).contiguous().to(device) for t in per_group)]
         else:
-            values = torch.from_numpy(dequantize_rows(tensor, start * rows, count * rows)).reshape(
-                count, rows, columns)
+            values = rows_from.values(tensor, start * rows, count * rows).reshape(count, rows, columns)
             pieces = list(quantize(values.to(device), mode, group))
         if stacks is None:
             stacks = [torch.empty((experts, *piece.shape[1:]), dtype=piece.dtype, device=device) for piece in pieces]
@@ -420,7 +454,7 @@ def exact_int8(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor
     return data, scales
 
 
-def _dense(tensor: GgufTensor, dtype: torch.dtype, target: tuple[int, ...]) -> torch.Tensor:
+def _dense(tensor: GgufTensor, dtype: torch.dtype, target: tuple[int, ...], rows_from: RowSource) -> torch.Tensor:
     """A float tensor of the checkpoint in `dtype` on the host, read in row chunks; rows the converter cut
     (token_embd beyond the tokenizer's vocabulary) are zero."""
     rows = _numel(tensor.shape[:-1]) if len(tensor.shape) > 1 else 1
@@ -430,7 +464,7 @@ def _dense(tensor: GgufTensor, dtype: torch.dtype, target: tuple[int, ...]) -> t
     chunk = max(1, DENSE_CHUNK_BYTES // (columns * 4))
     for start in range(0, rows, chunk):
         count = min(chunk, rows - start)
-        flat[start : start + count] = torch.from_numpy(dequantize_rows(tensor, start, count))
+        flat[start : start + count] = rows_from.values(tensor, start, count)
     return out
 
 
@@ -514,6 +548,21 @@ def _more_bits(index: int, count: int) -> bool:
 def _block_of(name: str) -> int:
     match = re.match(r"blk\.(\d+)\.", name)
     return int(match[1]) if match else -1
+
+
+def empty_rows() -> RowSource:
+    """`stream_load`'s rows as `torch.empty` tensors of the shapes and dtypes a file's blocks give: with
+    `architecture_tensors` and under a FakeTensorMode, a load of a GGUF that does not exist (the virtual-GPU dry
+    run, bench/dryrun.py) placed by this module's own code."""
+
+    def exact(tensor: GgufTensor, first: int, count: int) -> tuple[torch.Tensor, ...]:
+        form = _exact_forms()[tensor.qtype]
+        return tuple(torch.empty(shape, dtype=dtype) for shape, dtype in form.fields(count, tensor.shape[-1]))
+
+    def values(tensor: GgufTensor, first: int, count: int) -> torch.Tensor:
+        return torch.empty((count, tensor.shape[-1]), dtype=torch.float32)
+
+    return RowSource(exact=exact, values=values)
 
 
 def architecture_tensors(skeleton: nn.Module, n_blocks: int, recipe: str) -> tuple[list[GgufTensor], dict[str, str]]:

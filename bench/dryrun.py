@@ -63,14 +63,33 @@ TAIL_TOKENS = 16
 MODES = ("int4", "fp8", "int8", "none")
 KERNEL_OPS_LISTED = 40
 LAYOUTS = {"int4-g32": ("int4", 32), "int8-g32": ("int8", 32), "fp8-g16": ("fp8", 16)}
-"""What the community's pre-quantized checkpoints become (engine/weights/formats/): GGUF Q4_K_M -> int4 in
-groups of 32, GGUF Q8_0 -> int8 in groups of 32, NVFP4 -> fp8 in groups of 16 (FP8-dynamic's one scale per
-row runs the fp8 path's own K step). Not in the default run; `--modes int4-g32,...` asks for them."""
+"""Uniform layouts the community's pre-quantized checkpoints become (engine/weights/formats/), every projection
+in one mode: int4-g32, symmetric int4 in groups of 32, what GGUF's other 4-bit types (Q4_0, IQ4_*) are re-packed
+into; int8-g32, GGUF Q8_0's (int8 per 32, its fp16 scales as bf16's bytes); fp8-g16, NVFP4's (FP8-dynamic's one
+scale per row runs the fp8 path's own K step). A GGUF Q4_K_M is none of these: see GGUF_LAYOUTS. Not in the
+default run; `--modes int4-g32,...` asks for them."""
+GGUF_LAYOUTS = {"gguf-q4_k_m": "Q4_K_M"}
+"""Dry-run mode -> the GGUF recipe it loads exactly as formats/gguf.py places that recipe's file: its tensors'
+types by llama-quantize's rules (`gguf.architecture_tensors`), the loader's per-projection plan (`gguf.plan`:
+Q4_K gate_up and linears as affine int4 with two-level scales, uint8 sc and m per 32 under fp16 d and -dmin per
+256; Q5_0 / Q8_0 / Q6_K down and linears as int8 with the file's block scales; an experts module's `down_mode`),
+its planned bytes (`gguf.planned_bytes`), and `gguf.stream_load` itself fed fake rows (`gguf.empty_rows`).
+Not in the default run."""
 
 
 def mode_and_group(mode: str) -> tuple[str, int]:
     """(packed mode, requested group) of a dry-run mode name: a MODES entry in groups of 128, or a LAYOUTS one."""
     return LAYOUTS.get(mode, (mode, 128))
+
+
+def _gguf_plan(skeleton, recipe: str):
+    """(tensors, names, plan) of a `recipe` GGUF of `skeleton`'s architecture, as the loader plans a found file
+    (formats.sizes with --quantization none)."""
+    from dgemma_lsp.engine.weights.formats import gguf
+
+    layers = skeleton.config.text_config.num_hidden_layers
+    tensors, names = gguf.architecture_tensors(skeleton, layers, recipe)
+    return tensors, names, gguf.plan(tensors, names, skeleton, "none")
 
 
 class VirtualGpu(msgspec.Struct, frozen=True, rename="camel"):
@@ -454,9 +473,11 @@ def checkpoint_layout(skeleton) -> list[tuple[str, tuple[int, ...], object]]:
 
 
 def planned_bytes(config) -> dict[str, int]:
-    """The loader's own plan (streaming.planned_bytes) for each mode, from the checkpoint's shapes."""
+    """The loader's own plan for each mode, from the checkpoint's shapes (streaming.planned_bytes; a GGUF
+    layout: the GGUF loader's, gguf.planned_bytes)."""
     import torch
 
+    from dgemma_lsp.engine.weights.formats import gguf
     from dgemma_lsp.engine.weights.streaming import TensorInfo
     from dgemma_lsp.engine.weights.streaming import planned_bytes as plan
 
@@ -464,7 +485,10 @@ def planned_bytes(config) -> dict[str, int]:
     names = {torch.bfloat16: "BF16", torch.float32: "F32"}
     infos = [TensorInfo(file=None, key=name, shape=shape, dtype=names.get(dtype, "BF16"))
              for name, shape, dtype in checkpoint_layout(skeleton)]  # fmt: skip
-    return {mode: plan(infos, skeleton, *_plan_args(mode)) for mode in (*MODES, *LAYOUTS)}
+    planned = {mode: plan(infos, skeleton, *_plan_args(mode)) for mode in (*MODES, *LAYOUTS)}
+    for mode, recipe in GGUF_LAYOUTS.items():  # the GGUF loader's own plan (formats.sizes)
+        planned[mode] = gguf.planned_bytes(*_gguf_plan(skeleton, recipe), torch.bfloat16)
+    return planned
 
 
 def _plan_args(mode: str) -> tuple:
@@ -485,11 +509,19 @@ def modes_offered(gpu: VirtualGpu, planned: dict[str, int]) -> list[str]:
 
 def load_fake(skeleton, layout, mode: str):
     """The model as the streaming loader builds it, on fake CUDA tensors (call inside the fake mode
-    with the meta skeleton built outside it)."""
+    with the meta skeleton built outside it); a GGUF_LAYOUTS mode as the GGUF loader builds it."""
     import torch
 
     from dgemma_lsp.engine.weights.streaming import SkeletonFiller
 
+    if mode in GGUF_LAYOUTS:
+        from dgemma_lsp.engine.weights.formats import gguf
+
+        tensors, names, the_plan = _gguf_plan(skeleton, GGUF_LAYOUTS[mode])  # before the load swaps modules in
+        gguf.stream_load(skeleton, (), tensors, names, the_plan, device="cuda", dtype=torch.bfloat16,
+                         source="the dry run's fake GGUF", rows=gguf.empty_rows())  # fmt: skip
+        skeleton.eval()
+        return skeleton
     base, group = mode_and_group(mode)
     filler = SkeletonFiller(skeleton, device="cuda", mode=base, group_size=group)
     for name, shape, dtype in layout:
@@ -725,15 +757,16 @@ def _describe(run: RunFigure) -> str:
 
 
 def format_table(report: DryRunReport) -> str:
+    width = max([4, *(len(run.mode) for run in report.runs)])  # the layouts' names are longer than the modes'
     lines = [
         f"virtual-GPU dry run (torch {report.torch_version}, fake CUDA tensors); vLLM anchor "
         f"{report.vllm_ms_per_step} ms/step (FP8, H100)",
-        f"{'gpu':8} {'mode':4} {'prompt':>6} {'cand':>4} {'mism':>4} {'sync/step':>9} {'sync/canvas':>11} "
+        f"{'gpu':8} {'mode':{width}} {'prompt':>6} {'cand':>4} {'mism':>4} {'sync/step':>9} {'sync/canvas':>11} "
         f"{'ops/step':>8} {'kernels':>7} {'launch':>6} {'peak GB':>8} {'weights GB':>10} {'floor ms':>8}",
     ]
     for run in report.runs:
         lines.append(
-            f"{run.gpu:8} {run.mode:4} {run.prompt_tokens:>6} {run.candidates:>4} {run.device_mismatches:>4} "
+            f"{run.gpu:8} {run.mode:{width}} {run.prompt_tokens:>6} {run.candidates:>4} {run.device_mismatches:>4} "
             f"{run.host_syncs_per_step:>9} {run.host_syncs_per_canvas:>11} {run.ops_per_step:>8} "
             f"{run.device_kernels_per_step:>7} "
             f"{run.custom_kernel_launches_per_step:>6} {run.peak_bytes / 1e9:>8.2f} "
@@ -754,7 +787,7 @@ def add_arguments(parser) -> None:
                         help="comma-separated subset of the virtual GPUs")  # fmt: skip
     parser.add_argument("--modes", default=",".join(MODES),
                         help=f"comma-separated subset of {','.join(MODES)}, or the pre-quantized layouts "
-                             f"{','.join(LAYOUTS)}")
+                             f"{','.join((*LAYOUTS, *GGUF_LAYOUTS))}")
     parser.add_argument("--prompts", default=",".join(map(str, PROMPTS)), help="prompt lengths in tokens")
     parser.add_argument("--candidates", default=",".join(map(str, CANDIDATES)), help="candidates per request")
     parser.add_argument("--fused", choices=("auto", "on", "off"), default="auto",
@@ -772,8 +805,9 @@ def run(args) -> int:
         return 2
     gpus = [g for g in GPUS if g.name in {n.strip() for n in args.gpus.split(",")}]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not gpus or any(m not in MODES and m not in LAYOUTS for m in modes):
-        say(f"dgemma-lsp bench dryrun: --gpus from {[g.name for g in GPUS]}, --modes from {(*MODES, *LAYOUTS)}")
+    known = (*MODES, *LAYOUTS, *GGUF_LAYOUTS)
+    if not gpus or any(m not in known for m in modes):
+        say(f"dgemma-lsp bench dryrun: --gpus from {[g.name for g in GPUS]}, --modes from {known}")
         return 2
     prompts = tuple(int(p) for p in args.prompts.split(","))
     candidates = tuple(int(c) for c in args.candidates.split(","))

@@ -83,9 +83,10 @@ def test_fetch_model_for_this_gpu_without_one_says_so(capsys):
 
 
 def test_the_dry_run_plans_the_prequantized_layouts_on_each_virtual_gpu():
-    """`bench dryrun --modes int4-g32,int8-g32,fp8-g16` runs what GGUF Q4_K_M, GGUF Q8_0 and NVFP4 become on
-    the virtual GPUs (the fake-CUDA run itself needs `make dryrun`'s CUDA build of torch); which card it
-    offers each to is planned here, on the CPU, by the loader's rule."""
+    """`bench dryrun --modes gguf-q4_k_m,int4-g32,int8-g32,fp8-g16` runs what GGUF Q4_K_M (by the GGUF loader's
+    own plan), GGUF's other 4-bit types, GGUF Q8_0 and NVFP4 become on the virtual GPUs (the fake-CUDA run itself
+    needs `make dryrun`'s CUDA build of torch); which card it offers each to is planned here, on the CPU, by the
+    loader's rule."""
     from dgemma_lsp.bench import dryrun
 
     planned = dryrun.planned_bytes(dryrun._config())
@@ -93,6 +94,8 @@ def test_the_dry_run_plans_the_prequantized_layouts_on_each_virtual_gpu():
     assert "int4-g32" in offered["RTX 4090"] and "int8-g32" not in offered["RTX 4090"]
     assert {"int8-g32", "fp8-g16"} <= set(offered["RTX 5090"])
     assert planned["int4"] < planned["int4-g32"] < planned["int8-g32"]  # a bf16 scale per 32 inputs, not 128
+    # Q4_K's two levels and mins, int8 down: more than int4-g32, and still a 24 GB card's
+    assert "gguf-q4_k_m" in offered["RTX 4090"] and planned["int4-g32"] < planned["gguf-q4_k_m"] < planned["int8-g32"]
 
 
 def test_doctor_plans_a_published_gguf_before_it_is_fetched(tmp_path):

@@ -15,6 +15,7 @@ and logits on top of the weights, and memory returns to the weights afterwards.
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 import torch
 
@@ -141,3 +142,52 @@ def test_a_canvas_reads_the_device_once_per_step_and_once_at_its_end(tiny_report
     Per step: the draft and the finished flags (one stream sync on graphs); per canvas: the confidences."""
     for run in tiny_report.runs:
         assert run.host_syncs_per_canvas == 2 * run.steps + 1, run.sync_sites
+
+
+Q4_K_TINY = msgspec.structs.replace(TINY, text_overrides={**TINY.text_overrides, "hidden_size": 256})
+"""TINY with a hidden size Q4_K's 256-input blocks tile: at 64, llama-quantize writes Q5_0 where Q4_K_M means Q4_K."""
+
+
+def test_the_gguf_q4_k_m_layout_is_what_the_gguf_loader_places_and_its_step_runs():
+    """`--modes gguf-q4_k_m` stands for the real Q4_K_M: affine int4 with Q4_K's two-level scales (uint8 sc and
+    m per 32 inputs under fp16 d and -dmin per 256) for gate_up and the Q4_K linears, int8 down (Q5_0 / Q8_0 /
+    Q6_K in the file) in the same experts module, as formats/gguf.py places them. Plain symmetric int4 in
+    groups of 32 (what `int4-g32` is) has neither mins nor super scales nor an int8 down."""
+    from dgemma_lsp.engine.weights.quantization import QuantizedExperts, QuantizedLinear
+
+    config = diffusion_config(Q4_K_TINY)
+    skeleton = dryrun._skeleton(config)
+    layout = dryrun.checkpoint_layout(skeleton)
+    with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True):
+        model = dryrun.load_fake(skeleton, layout, "gguf-q4_k_m")
+    experts = [m for m in model.modules() if isinstance(m, QuantizedExperts)]
+    assert len(experts) == Q4_K_TINY.text_overrides["num_hidden_layers"]
+    for module in experts:
+        assert (module.mode, module.down_mode) == ("int4", "int8")
+        assert module.gate_up_data.device.type == "cuda"
+        assert module.gate_up_scales.dtype == module.gate_up_mins.dtype == torch.uint8  # sc, m per 32
+        assert module.gate_up_super_scales.dtype == module.gate_up_super_mins.dtype == torch.float16  # d, -dmin
+        assert module.gate_up_scales.shape[-2] == 256 // 32 and module.gate_up_super_scales.shape[-2] == 1
+        assert module.down_data.dtype == torch.int8 and module.down_mins is None
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, QuantizedLinear)}
+    q_proj = next(m for name, m in linears.items() if name.endswith("self_attn.q_proj"))
+    o_proj = next(m for name, m in linears.items() if name.endswith("self_attn.o_proj"))
+    assert q_proj.mode == "int4" and q_proj.weight_super_scales.dtype == torch.float16  # Q4_K
+    assert o_proj.mode == "int8" and o_proj.weight_mins is None  # 64 inputs: Q5_0
+    # What it holds is the GGUF loader's plan to the byte, besides the buffers no checkpoint holds (rotary's).
+    held = _storage_bytes([*model.parameters(), *model.buffers()])
+    computed = _storage_bytes(b for m in model.modules() for name, b in m._buffers.items()
+                              if b is not None and name in m._non_persistent_buffers_set)  # fmt: skip
+    planned = dryrun.planned_bytes(config)
+    assert held - computed == planned["gguf-q4_k_m"] != planned["int4-g32"]
+
+    report = dryrun.run_dryrun(gpus=(GPU,), modes=("gguf-q4_k_m",), prompts=(160,), candidates=(1,), config=config)
+    (run,) = report.runs
+    assert run.error is None and run.device_mismatches == 0 and run.host_syncs_per_step == 0, run
+    assert report.failures == []
+    # --jobs > 1 sends each process's report back as JSON: whole bytes, or the decode refuses it
+    assert msgspec.json.decode(msgspec.json.encode(report), type=dryrun.DryRunReport) == report
+
+
+def _storage_bytes(tensors) -> int:
+    return sum({id(t.untyped_storage()): t.untyped_storage().nbytes() for t in tensors}.values())

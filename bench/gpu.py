@@ -72,12 +72,14 @@ FULL = Scale(
 TINY = Scale(
     name="tiny",
     # Same structure (5:1 sliding/full, MoE + shared MLP, softcap), a 2,000th of the size;
-    # the longer prompt exceeds the sliding window, as 4,096 does for the full model.
+    # the longer prompt exceeds the sliding window, as 4,096 does for the full model. Expert width 64:
+    # int4's tiles take K in whole 64-input blocks (the real 704 is 11), so the tiny experts run the same
+    # fused kernels as the real ones (at 32 they fell back to the torch loop, whose bincount syncs).
     text_overrides={
         "vocab_size": 1024, "hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 6,
         "num_attention_heads": 2, "num_key_value_heads": 1, "num_global_key_value_heads": 1,
         "head_dim": 32, "global_head_dim": 32, "sliding_window": 64, "max_position_embeddings": 4096,
-        "num_experts": 8, "top_k_experts": 2, "moe_intermediate_size": 32,
+        "num_experts": 8, "top_k_experts": 2, "moe_intermediate_size": 64,
     },
     vision_overrides={
         "hidden_size": 16, "intermediate_size": 32, "num_hidden_layers": 1, "num_attention_heads": 1,

@@ -231,12 +231,9 @@ async def test_background_jobs_waiting_for_quiet_give_way_to_requests_not_to_eac
     worker.close()
 
 
-async def test_background_work_waits_while_a_request_waits_for_the_engine():
-    """The client is quiet while it waits for an answer: background work (the workspace index's build)
-    begun in that wait held the worker when the answer's own jobs came (`bench latency`'s slowest
-    keystrokes). It starts only once no request waits and the client has been quiet since the answer."""
-    clock = ManualClock()
-    worker = SyntaxWorker(clock)
+def post_background_job(worker: SyntaxWorker) -> threading.Event:
+    """Post a background job as the workspace index's build is one: it waits for quiet, re-posts itself
+    behind whatever interrupts it, and sets the returned event once it ran."""
     ran = threading.Event()
 
     def background() -> None:
@@ -245,9 +242,19 @@ async def test_background_work_waits_while_a_request_waits_for_the_engine():
         else:
             worker.post(background, background=True)
 
+    worker.post(background, background=True)
+    return ran
+
+
+async def test_background_work_waits_while_a_request_waits_for_the_engine():
+    """The client is quiet while it waits for an answer: background work (the workspace index's build)
+    begun in that wait held the worker when the answer's own jobs came (`bench latency`'s slowest
+    keystrokes). It starts only once no request waits and the client has been quiet since the answer."""
+    clock = ManualClock()
+    worker = SyntaxWorker(clock)
     worker.client_spoke()
     with worker.answering("ready"):  # a keystroke's request, waiting for a loaded engine
-        worker.post(background, background=True)
+        ran = post_background_job(worker)
         clock.advance(10 * QUIET_S)  # the client says nothing meanwhile
         worker.post(lambda: None, background=True)  # a wake-up: the background job looks again
         assert await asyncio.to_thread(worker.settled.wait, 60), "the syntax worker never settled"
@@ -264,17 +271,9 @@ async def test_background_work_waits_while_a_request_waits_for_the_engine():
 async def test_a_request_waiting_for_the_models_load_does_not_hold_background_work_back():
     clock = ManualClock()
     worker = SyntaxWorker(clock)
-    ran = threading.Event()
-
-    def background() -> None:
-        if worker.wait_for_quiet():
-            ran.set()
-        else:
-            worker.post(background, background=True)
-
     worker.client_spoke()
     with worker.answering("loading"):  # the first keystroke's request waits for the model (minutes)
-        worker.post(background, background=True)
+        ran = post_background_job(worker)
         clock.advance(QUIET_S)
         worker.post(lambda: None, background=True)
         assert await asyncio.to_thread(ran.wait, 60), "the index waited for the model's load"

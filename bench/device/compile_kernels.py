@@ -2,7 +2,8 @@
 
 For each variant (int4 with the PTX unpack, int4 with Triton bit ops, affine int4, w8a8 and w8a16 int8 / fp8,
 and what a GGUF Q4_K_M loads as: Q4_K gate_up in affine int4 with two-level scales, int8 down in groups of 32)
-and each launch of one MoE layer at the full shape (gate_up, down; 256 and 1,024 tokens), builds the launch
+and each launch of one MoE layer at the full shape (gate_up, down; 256 and 1,024 tokens) and of the layer's
+stacked dense projections (q/k/v of each attention kind, the dense MLP's gated gate/up), builds the launch
 the product would make (`fused_moe.expert_gemm_launch` on meta tensors: the same arguments, the same JIT
 specialization of 1-valued and 16-divisible integers and pointers), compiles it with Triton for sm_89 (RTX
 4090), sm_90 (H100/H200) and sm_120 (RTX 5090) with the ptxas Triton ships, and reads the cubin: registers,
@@ -33,6 +34,9 @@ from triton.runtime.jit import native_specialize_impl
 from dgemma_lsp.engine.kernels import expert_kernels, fused_moe, quant_formats
 
 FULL = dict(experts=128, top_k=8, hidden=2816, width=704, group=128)
+DENSE = {"qkv": 16 * 256 + 2 * 8 * 256, "qkv-full": 16 * 512 + 2 * 512, "mlp": 2112}
+"""Output columns of the step's stacked dense launches (`StackedLinears`): a sliding layer's q/k/v, a full-attention
+layer's q/k (its v is k), and the dense MLP's gated gate/up (its width; the weight holds twice as many rows)."""
 VARIANTS = {
     # name: (weights, activations, asm) of both launches, or ((gate_up's), (down's), asm)
     "int4": ("int4", "none", True),
@@ -70,7 +74,8 @@ def packed(weights: str, n: int, k: int, group: int, experts: int):
 
 
 def layer_launches(variant: tuple, tokens: int):
-    """(name, grid, args, kwargs) of the gate_up and down launches of one layer in `variant` (VARIANTS' value)."""
+    """(name, grid, args, kwargs) of the gate_up and down launches of one layer in `variant` (VARIANTS' value),
+    then the layer's stacked dense launches (`DENSE`) in the gate_up's form."""
     e, top_k, hidden, width, group = (FULL[k] for k in ("experts", "top_k", "hidden", "width", "group"))
     specs = variant[:2] if isinstance(variant[0], tuple) else (variant[:2], variant[:2])
     pairs = tokens * top_k
@@ -88,6 +93,16 @@ def layer_launches(variant: tuple, tokens: int):
             a, w, s, m, *routing, route, out, num_rows=pairs, n=n, a_row_div=a_div, out_row_div=out_div,
             block_m=block_m, weights=KERNEL_WEIGHTS.get(weights, weights), activations=activations,
             gated=name == "gate_up", super_scales=ss, super_mins=sm,
+        )  # fmt: skip
+        launches.append((name, grid, args, kwargs))
+    hidden_rows = meta(tokens, hidden)
+    for name, n in DENSE.items():  # dense: one launch for every token, in the gate_up's form
+        gated = name == "mlp"
+        w, s, m, ss, sm = packed(specs[0][0], 2 * n if gated else n, hidden, group, 1)
+        grid, args, kwargs = fused_moe.expert_gemm_launch(
+            hidden_rows, w, s, m, None, None, None, None, meta(tokens, n), num_rows=tokens, n=n, a_row_div=1,
+            out_row_div=1, block_m=fused_moe.dense_block_m(tokens, gated), weights=KERNEL_WEIGHTS.get(specs[0][0], specs[0][0]),
+            activations=specs[0][1], gated=gated, super_scales=ss, super_mins=sm,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs))
     return launches

@@ -7,11 +7,14 @@ canvas, the dense MLP, the router and the experts (the model's own experts modul
 residual adds and layer scalars between them in `fused_layer` kernels. Knows transformers'
 DiffusionGemma layer structure (5.24) and its StaticCache layout; knows nothing of requests or graphs.
 
-A layer is then: 3 (2 on full-attention layers) q/k/v projections, one launch for the head norms,
-the rotary embedding and the key/value buffer, attention, o_proj, one post-attention norm launch,
-gate / up / GELU x up / down, the router projection and its top-k, the experts' own launches, one
-post-feed-forward norm launch: 14 + the experts' (13 on full-attention layers), against ~150
+A layer is then: the q/k/v projections, one launch for the head norms, the rotary embedding and
+the key/value buffer, attention, o_proj, one post-attention norm launch, the dense MLP, the router
+projection and its top-k, the experts' own launches, one post-feed-forward norm launch, against ~150
 kernels of transformers' eager layer (`make dryrun`'s deviceKernelsPerStep counts them per step).
+Quantized projections that read one input share a launch (`QuantizedLinear.stack_with`, in the
+weights room): q/k/v are one GEMM, and the MLP's gate and up one gated GEMM with GELU-tanh x up in its
+epilogue, then down: 10 + the experts' launches a layer. Unquantized (bf16) weights keep a launch a
+projection and the GELU x up kernel: 14 + the experts' (13 on full-attention layers, whose v is k).
 
 What stays transformers': every weight and module (so quantization and the experts' kernels are
 whatever the model holds), the attention mask (`create_diffusion_decoder_attention_mask`, built per
@@ -68,6 +71,12 @@ class FusedDecoder:
         # (sqrt(2816) = 53.07 is 53.0 in bf16). From the host float, so no device read.
         self.embed_scale = float(torch.tensor(embed.scalar_embed_scale).to(embed.weight.dtype))
         self.eps = float(self.config.rms_norm_eps)
+        # One launch for the projections of one input, where their weights can share it (else None).
+        self.qkv = [_stacked(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
+                    for layer in self.decoder.layers]  # fmt: skip
+        self.gate_up = [_stacked(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in self.decoder.layers]
+        block = self.decoder.self_conditioning
+        self.signal_gate_up = _stacked(block.gate_proj, block.up_proj)
 
     def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Per layer type, (cos, sin) `[L, D]` of `positions` `[1, L]` as transformers' rotary_emb gives them."""
@@ -102,7 +111,7 @@ class FusedDecoder:
         block = decoder.self_conditioning
         normed = fused_layer.signal_norm(soft, self_conditioning_on, block.pre_norm.weight, length,
                                          self.embed_scale, self.eps)  # fmt: skip
-        signal = block.down_proj(fused_layer.gelu_mul(block.gate_proj(normed), block.up_proj(normed)))
+        signal = block.down_proj(_gelu_mul(block, self.signal_gate_up, normed))
         hidden, layer_input = fused_layer.step_input(
             canvas.view(-1), decoder.embed_tokens.weight, signal, decoder.layers[0].input_layernorm.weight,
             self.embed_scale, self.eps,
@@ -110,14 +119,13 @@ class FusedDecoder:
         layers = decoder.layers
         for index, layer in enumerate(layers):
             layer_type = self.layer_types[index]
-            attended = self._attention(layer.self_attn, layer_input, cache.layers[index], masks.get(layer_type),
-                                       rotary[layer_type], batch, length)  # fmt: skip
+            attended = self._attention(layer.self_attn, self.qkv[index], layer_input, cache.layers[index],
+                                       masks.get(layer_type), rotary[layer_type], batch, length)  # fmt: skip
             hidden, mlp_in, experts_in, router_in = fused_layer.post_attention(
                 attended, hidden, layer.post_attention_layernorm.weight, layer.pre_feedforward_layernorm.weight,
                 layer.pre_feedforward_layernorm_2.weight, layer.router.scale, self.eps, layer.router.scalar_root_size,
             )  # fmt: skip
-            mlp = layer.mlp
-            dense = mlp.down_proj(fused_layer.gelu_mul(mlp.gate_proj(mlp_in), mlp.up_proj(mlp_in)))
+            dense = layer.mlp.down_proj(_gelu_mul(layer.mlp, self.gate_up[index], mlp_in))
             weights, experts = fused_layer.route_top_k(layer.router.proj(router_in), layer.router.per_expert_scale,
                                                        self.config.top_k_experts)  # fmt: skip
             routed = layer.experts(experts_in, experts, weights)
@@ -129,12 +137,16 @@ class FusedDecoder:
             )  # fmt: skip
         return layer_input  # the last layer's "next norm" is the decoder's final norm
 
-    def _attention(self, attention, x, cache_layer, mask, rotary, batch: int, length: int) -> torch.Tensor:
+    def _attention(self, attention, qkv, x, cache_layer, mask, rotary, batch: int, length: int) -> torch.Tensor:
         """transformers' DiffusionGemmaDecoderTextAttention on a StaticCache layer: `[T, H]` -> o_proj output."""
         dim = attention.head_dim
-        query = attention.q_proj(x)  # [T, Hq * D]
-        key = attention.k_proj(x)  # [T, Hkv * D]
-        value = attention.v_proj(x) if attention.v_proj is not None else key  # full-attention layers: v = k
+        if qkv is not None and qkv.runs_fused(x.device):  # one launch; column views of its output
+            query, key, *value = qkv(x)  # [T, Hq * D], [T, Hkv * D] (, [T, Hkv * D])
+            value = value[0] if value else key  # full-attention layers: v = k
+        else:
+            query = attention.q_proj(x)  # [T, Hq * D]
+            key = attention.k_proj(x)  # [T, Hkv * D]
+            value = attention.v_proj(x) if attention.v_proj is not None else key  # full-attention layers: v = k
         heads = query.shape[-1] // dim
         # transformers' `append_to_cache` makes a new tensor of the cache, then the canvas at
         # cumulative_length + [0, L), then zeros; here with the heads already repeated for grouped-query
@@ -152,3 +164,19 @@ class FusedDecoder:
         del queries, keys, values  # [B, Hq, M + L, D] each: 0.55 GB at 4 candidates and 8k tokens, not for o_proj
         output = output.transpose(1, 2).reshape(batch * length, heads * dim)
         return attention.o_proj(output)
+
+
+def _stacked(first, *others):
+    """The quantized projections of one input as one launch (`QuantizedLinear.stack_with`), or None: a bf16
+    `nn.Linear` has no `stack_with`; absent projections (a full-attention layer's v) are left out."""
+    stack_with = getattr(first, "stack_with", None)
+    return stack_with(tuple(m for m in others if m is not None)) if stack_with is not None else None
+
+
+def _gelu_mul(mlp, gate_up, x: torch.Tensor) -> torch.Tensor:
+    """gelu_tanh(mlp.gate_proj(x)) * mlp.up_proj(x): one gated GEMM where the weights are stacked, else three
+    launches (each projection, then `fused_layer.gelu_mul`, which rounds where transformers does)."""
+    if gate_up is not None and gate_up.runs_fused(x.device):
+        return gate_up(x, gated=True)
+    return fused_layer.gelu_mul(mlp.gate_proj(x), mlp.up_proj(x))
+

@@ -341,21 +341,30 @@ def fused_linear(
     activations: str = "none",
     super_scales: torch.Tensor | None = None,
     super_mins: torch.Tensor | None = None,
+    gated: bool = False,
 ) -> torch.Tensor:
     """`x @ dequantize(data, scales, mins, super_scales, super_mins).T` for a packed `[N, K / v]` weight, without a
-    dequantized copy."""
+    dequantized copy. `gated`: the weight is a gate `[N / 2, K]` over an up `[N / 2, K]` (the dense MLP's, stacked:
+    `StackedLinears`), and the result `[..., N / 2]` is gelu_tanh(x @ gate.T) * (x @ up.T), in the experts'
+    epilogue (fp32, one rounding)."""
     in_features = x.shape[-1]
-    out_features = data.shape[0]
+    out_features = data.shape[0] // 2 if gated else data.shape[0]
     rows = x.reshape(-1, in_features)  # [M, K]
-    block_m = 16 if rows.shape[0] <= 16 else 64 if not interpreting() else 32
+    block_m = dense_block_m(rows.shape[0], gated)
     output = torch.ops.dgemma.expert_gemm(
         rows, data.unsqueeze(0), scales.unsqueeze(0), None if mins is None else mins.unsqueeze(0), None, None,
         None, None, num_rows=rows.shape[0], out_rows=rows.shape[0], n=out_features, a_row_div=1, out_row_div=1,
-        block_m=block_m, weights=_weight_kind(mode, mins), activations=activations, gated=False,
+        block_m=block_m, weights=_weight_kind(mode, mins), activations=activations, gated=gated,
         ss=None if super_scales is None else super_scales.unsqueeze(0),
         sm=None if super_mins is None else super_mins.unsqueeze(0),
     )  # fmt: skip
     return output.view(*x.shape[:-1], out_features)
+
+
+def dense_block_m(rows: int, gated: bool = False) -> int:
+    """Rows per program of a dense (unrouted) launch: 32 when gated, where 64 spills on sm_120 with Q4_K's
+    two-level scales (bench/device/compile_kernels.py)."""
+    return 16 if rows <= 16 else 32 if gated or interpreting() else 64
 
 
 def _weight_kind(mode: str, mins: torch.Tensor | None) -> str:

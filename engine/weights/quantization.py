@@ -62,6 +62,7 @@ holds the whole model in host memory.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable
@@ -361,9 +362,31 @@ class QuantizedLinear(nn.Module):
         return dequantize(self.weight_data, self.weight_scales, self.mode, dtype, mins=self.weight_mins,
                           super_scales=self.weight_super_scales, super_mins=self.weight_super_mins)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def stack_with(self, others: tuple[nn.Module, ...]) -> StackedLinears | None:
+        """This linear and `others` (ones that read the same input) as one launch, or None when they cannot
+        share one: another kind of module, another form (mode, group, parts, dtypes, backend, activations),
+        or a form the fused kernels do not run on this device. The fused decoder asks (kernels/fused_decoder.py)."""
+        modules = (self, *others)
+        if not all(isinstance(m, QuantizedLinear) for m in modules) or len({id(m) for m in modules}) < len(modules):
+            return None
+        if len({m._form() for m in modules}) != 1 or not self._runs_fused(self.weight_data.device):
+            return None
+        return StackedLinears(modules)
+
+    def _form(self) -> tuple:
+        parts = tuple(None if t is None else (t.dtype, t.shape[:-1]) for t in self._parts())
+        return (self.mode, self.in_features, self.weight_data.dtype, self.weight_scales.dtype,
+                self.weight_scales.shape[:-1], parts, self.backend, self.quantize_activations)
+
+    def _parts(self) -> tuple[torch.Tensor | None, ...]:
+        return tuple(getattr(self, f"weight_{part}") for part in _OPTIONAL_PARTS)
+
+    def _runs_fused(self, device: torch.device) -> bool:
         group = group_of(self.weight_data, self.weight_scales, self.mode)
-        if _use_fused(self.backend, x.device, ((self.mode, group, self.in_features),)):
+        return _use_fused(self.backend, device, ((self.mode, group, self.in_features),))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self._runs_fused(x.device):
             from ..kernels.fused_moe import fused_linear
 
             activations = _activation_kind(self.quantize_activations, x.device, self.mode)
@@ -374,6 +397,51 @@ class QuantizedLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, mode={self.mode}"
+
+
+class StackedLinears:
+    """Quantized linears that read one input, run as one launch: an attention's q / k / v projections, an MLP's
+    gate and up (`gated`: with GELU-tanh(gate) x up in the kernel's epilogue).
+
+    Built once, when the fused decoder is (`QuantizedLinear.stack_with`): the packed weights are stacked along
+    N, and each member's buffers become views of the stack (its rows of the data, its columns of the scales,
+    mins and super scales), so the stack costs no memory and each member still runs alone (transformers'
+    decoder, the torch path, a save). Each output column is the member's own dot product over the same K
+    steps; only the launch is shared: a step launches one kernel where it launched two or three.
+    """
+
+    def __init__(self, modules: tuple[QuantizedLinear, ...]) -> None:
+        self.modules = modules
+        self.widths = tuple(m.out_features for m in modules)
+        self.starts = tuple(itertools.accumulate(self.widths[:-1], initial=0))
+        self.data = torch.cat([m.weight_data for m in modules])
+        self.scales = torch.cat([m.weight_scales for m in modules], dim=-1)
+        self.parts = tuple(None if first is None else torch.cat([m._parts()[i] for m in modules], dim=-1)
+                           for i, first in enumerate(modules[0]._parts()))  # fmt: skip
+        for module, start, width in zip(modules, self.starts, self.widths, strict=True):
+            rows = slice(start, start + width)
+            module.weight_data, module.weight_scales = self.data[rows], self.scales[..., rows]
+            for part, stacked in zip(_OPTIONAL_PARTS, self.parts, strict=True):
+                if stacked is not None:
+                    setattr(module, f"weight_{part}", stacked[..., rows])
+
+    def runs_fused(self, device: torch.device) -> bool:
+        """Whether the launch applies now (a member's backend may have been set to torch since)."""
+        return all(module._runs_fused(device) for module in self.modules)
+
+    def __call__(self, x: torch.Tensor, *, gated: bool = False) -> tuple[torch.Tensor, ...] | torch.Tensor:
+        """Each member's output, as column views of one result; `gated` (gate and up): gelu_tanh(gate) * up."""
+        from ..kernels.fused_moe import fused_linear
+
+        first = self.modules[0]
+        assert not gated or (len(self.widths) == 2 and self.widths[0] == self.widths[1]), "gated: a gate and an up"
+        mins, super_scales, super_mins = self.parts
+        out = fused_linear(x, self.data, self.scales, first.mode, mins=mins,
+                           activations=_activation_kind(first.quantize_activations, x.device, first.mode),
+                           super_scales=super_scales, super_mins=super_mins, gated=gated)  # fmt: skip
+        if gated:
+            return out
+        return tuple(out[..., start:start + width] for start, width in zip(self.starts, self.widths, strict=True))
 
 
 def quantize_model(
@@ -476,6 +544,8 @@ def save_quantized(model: nn.Module, folder: Path, *, shard_bytes: int = DEFAULT
 
     for name, tensor in canonical_tensors:
         shard[name] = tensor.detach().contiguous().cpu()
+        if shard[name]._base is not None:  # a view of a stack (StackedLinears): safetensors takes no shared storage
+            shard[name] = shard[name].clone()
         size += tensor.numel() * tensor.element_size()
         if size >= shard_bytes:
             flush()

@@ -56,7 +56,7 @@ def test_the_expert_kernels_build_for_every_target_card_without_spills():
     lines = done.stdout.splitlines()
     assert lines[-1] == "compile: PASS"
     for arch, mma in (("sm_89", "HMMA"), ("sm_90", "HGMMA"), ("sm_120", "HMMA")):
-        for launch in ("gate_up", "down"):
+        for launch in ("gate_up", "down", "qkv", "qkv-full", "mlp"):
             assert any(line.startswith(f"{arch} int4") and launch in line and f"'{mma}'" in line and "spill   0" in line
                        for line in lines), done.stdout  # fmt: skip
 

@@ -21,11 +21,12 @@ import torch  # noqa: E402
 from transformers.cache_utils import StaticCache  # noqa: E402
 from transformers.models.diffusion_gemma.modeling_diffusion_gemma import apply_rotary_pos_emb  # noqa: E402
 
-from dgemma_lsp.engine.kernels import fused_layer  # noqa: E402
+from dgemma_lsp.engine.kernels import fused_layer, fused_moe  # noqa: E402
 from dgemma_lsp.engine.kernels.compiled_step import bucket_for, self_conditioning_signal, soft_embeddings  # noqa: E402
 from dgemma_lsp.engine.kernels.fused_decoder import FusedDecoder, unsupported  # noqa: E402
 from dgemma_lsp.engine.model.cache_keyword import with_cache  # noqa: E402
 from dgemma_lsp.engine.model.tiny_model import build_tiny_model  # noqa: E402
+from dgemma_lsp.engine.weights.quantization import QuantizedExperts, QuantizedLinear, quantize_model  # noqa: E402
 
 DTYPES = [torch.float32, torch.bfloat16]
 
@@ -182,30 +183,69 @@ def test_softmax_rows_is_the_fp32_softmax_in_the_outputs_dtype(dtype):
         torch.testing.assert_close(out, expected, rtol=8e-3, atol=1e-9)
 
 
+def _decoder_inputs(model, prompt: int, dtype):
+    """(canvas, logits, self-conditioning mask, cache, masks, positions) of a two-candidate step after `prompt` tokens."""
+    decoder = model.model.decoder
+    generator = torch.Generator().manual_seed(6)
+    batch = 2
+    canvas = torch.randint(4, 1000, (batch, 32), generator=generator)
+    logits = (torch.randn((batch, 32, 1024), generator=generator) * 8).to(dtype)
+    mask = torch.tensor([True, False])  # the second candidate has no self-conditioning yet
+    cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=bucket_for(prompt + 32))
+    model.model.encoder(input_ids=torch.randint(4, 1000, (batch, prompt), generator=generator), **with_cache(cache))
+    masks = decoder.create_diffusion_decoder_attention_mask(
+        model.config, canvas.unsqueeze(-1), cache, torch.ones((batch, prompt + 32), dtype=torch.bool)
+    )
+    positions = torch.arange(prompt, prompt + 32, dtype=torch.int32)[None]
+    return canvas, logits, mask, cache, masks, positions
+
+
 @pytest.mark.parametrize("prompt", [40, 90])  # below and beyond the tiny model's 64-token sliding window
 def test_the_fused_decoder_gives_transformers_decoder_output_bit_for_bit_in_bf16(prompt):
     model = build_tiny_model().to(torch.bfloat16).eval()  # as loaded: transformers' own initial norms
     assert unsupported(model) is None
     decoder = model.model.decoder
-    generator = torch.Generator().manual_seed(6)
-    batch = 2
-    canvas = torch.randint(4, 1000, (batch, 32), generator=generator)
-    logits = (torch.randn((batch, 32, 1024), generator=generator) * 8).to(torch.bfloat16)
-    mask = torch.tensor([True, False])  # the second candidate has no self-conditioning yet
     with torch.no_grad():
-        cache = StaticCache(config=model.config.get_text_config(decoder=True), max_cache_len=bucket_for(prompt + 32))
-        model.model.encoder(input_ids=torch.randint(4, 1000, (batch, prompt), generator=generator),
-                            **with_cache(cache))  # fmt: skip
-        masks = decoder.create_diffusion_decoder_attention_mask(
-            model.config, canvas.unsqueeze(-1), cache, torch.ones((batch, prompt + 32), dtype=torch.bool)
-        )
-        positions = torch.arange(prompt, prompt + 32, dtype=torch.int32)[None]
+        canvas, logits, mask, cache, masks, positions = _decoder_inputs(model, prompt, torch.bfloat16)
         with self_conditioning_signal(decoder, soft_embeddings(decoder, logits, mask)):
             expected = decoder(decoder_input_ids=canvas, **with_cache(cache), decoder_attention_mask=masks,
                                decoder_position_ids=positions).last_hidden_state  # fmt: skip
         fused = FusedDecoder(model)
         ours = fused.forward(canvas, logits, mask, cache, dict(masks), fused.rotary(positions, torch.bfloat16))
     assert torch.equal(ours.view(expected.shape), expected)
+
+
+@pytest.mark.parametrize("mode", ["int4", "int8"])
+def test_quantized_projections_of_one_input_share_a_launch_and_give_transformers_output(mode):
+    """q / k / v one GEMM, gate and up one gated GEMM (and the self-conditioning MLP's): each layer launches
+    2 or 3 fewer kernels, and the decoder's output is transformers' decoder's on the same packed weights. (bf16
+    activations: w8a8 rounds each GEMM's input, where an fp32 ulp of another order of sums can move a code;
+    test_fused_moe shows the stacked w8a8 GEMM equal to its members'.)"""
+    model = build_tiny_model().eval()  # fp32: transformers' decoder is the reference to fp32 rounding
+    quantize_model(model, mode)
+    for module in model.modules():
+        if isinstance(module, QuantizedLinear | QuantizedExperts):
+            module.backend, module.quantize_activations = "triton", False
+    decoder = model.model.decoder
+    with torch.no_grad():
+        canvas, logits, mask, cache, masks, positions = _decoder_inputs(model, 40, torch.float32)
+        with self_conditioning_signal(decoder, soft_embeddings(decoder, logits, mask)):
+            expected = decoder(decoder_input_ids=canvas, **with_cache(cache), decoder_attention_mask=masks,
+                               decoder_position_ids=positions).last_hidden_state  # fmt: skip
+        fused = FusedDecoder(model)
+        assert all(stack is not None for stack in (*fused.qkv, *fused.gate_up, fused.signal_gate_up))
+        launches = {}
+        for stacked in (True, False):
+            if not stacked:  # the same decoder with a launch a projection, as bf16 weights run
+                fused.qkv, fused.gate_up = [None] * len(fused.qkv), [None] * len(fused.gate_up)
+                fused.signal_gate_up = None
+            with fused_moe.count_launches() as count:
+                ours = fused.forward(canvas, logits, mask, cache, dict(masks), fused.rotary(positions, torch.float32))
+            launches[stacked] = count.launches
+            torch.testing.assert_close(ours.view(expected.shape), expected, rtol=1e-4, atol=1e-4)
+    layers = decoder.layers
+    saved = sum(2 if layer.self_attn.v_proj is not None else 1 for layer in layers) + len(layers) + 1
+    assert launches[False] - launches[True] == saved
 
 
 def test_each_kernel_is_a_custom_op_whose_fake_matches_the_launch():

@@ -468,3 +468,76 @@ def test_fused_experts_trace_whole_into_one_graph():
 
     compiled = torch.compile(experts, backend="aot_eager", fullgraph=True)
     torch.testing.assert_close(compiled(hidden, index, weights), experts(hidden, index, weights))
+
+
+def _linears(generator: torch.Generator, form: str, widths: tuple[int, ...]) -> list[QuantizedLinear]:
+    """QuantizedLinears of one input (K = HIDDEN) in `form`: a `--quantization` mode, or "q4_k" (affine int4 with
+    two-level scales, as a GGUF Q4_K_M's attention and MLP weights load)."""
+    modules = []
+    for width in widths:
+        if form == "q4_k":
+            module = QuantizedLinear(mode="int4", in_features=HIDDEN, out_features=width)
+            packed = _two_level(generator, torch.empty(1, width, HIDDEN), "int4", 32, 64)
+            for part, tensor in packed.items():
+                setattr(module, f"weight_{part}", tensor[0])
+        else:
+            linear = nn.Linear(HIDDEN, width, bias=False)
+            nn.init.normal_(linear.weight, std=0.1, generator=generator)
+            module = QuantizedLinear.from_linear(linear, form, GROUP)
+        module.backend = "triton"
+        modules.append(module)
+    return modules
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("form", ["int4", "int8", "fp8", "q4_k"])
+def test_stacked_linears_are_one_launch_with_each_members_own_output(form):
+    """q / k / v (widths as the model's: kv narrower) as one GEMM: each output equals the member run alone,
+    whose buffers are now views of the stack (no second copy of the weights)."""
+    generator = torch.Generator().manual_seed(51)
+    modules = _linears(generator, form, (64, 32, 32))
+    x = torch.randn(CANVAS, HIDDEN, generator=generator)
+    with torch.no_grad():
+        alone = [module(x) for module in modules]
+        unpacked = [module.unpacked(torch.float32) for module in modules]
+        stack = modules[0].stack_with(tuple(modules[1:]))
+        assert stack is not None and stack.runs_fused(x.device)
+        with fused_moe.count_launches() as launches:
+            stacked = stack(x)
+        assert launches.launches == 1
+        for ours, theirs in zip(stacked, alone, strict=True):
+            torch.testing.assert_close(ours, theirs, **FP32_TOLERANCE)
+        for module, theirs, weight in zip(modules, alone, unpacked, strict=True):  # each still runs alone, on views
+            assert module.weight_data.untyped_storage().data_ptr() == stack.data.untyped_storage().data_ptr()
+            torch.testing.assert_close(module(x), theirs, **FP32_TOLERANCE)
+            assert torch.equal(module.unpacked(torch.float32), weight)
+            module.backend = "torch"
+        assert not stack.runs_fused(x.device)  # a member on the torch path: the decoder calls them one by one
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("form", ["int4", "int8", "q4_k"])
+def test_stacked_gate_and_up_give_gelu_of_gate_times_up_in_one_launch(form):
+    generator = torch.Generator().manual_seed(52)
+    gate, up = _linears(generator, form, (WIDTH, WIDTH))
+    x = torch.randn(CANVAS, HIDDEN, generator=generator)
+    with torch.no_grad():
+        expected = F.gelu(gate(x), approximate="tanh") * up(x)
+        stack = gate.stack_with((up,))
+        with fused_moe.count_launches() as launches:
+            ours = stack(x, gated=True)
+    assert launches.launches == 1 and ours.shape == (CANVAS, WIDTH)
+    torch.testing.assert_close(ours, expected, **FP32_TOLERANCE)
+
+
+def test_only_linears_of_one_form_on_the_fused_path_stack():
+    generator = torch.Generator().manual_seed(53)
+    int4, int8 = _linears(generator, "int4", (32,))[0], _linears(generator, "int8", (32,))[0]
+    assert int4.stack_with((int8,)) is None  # another mode
+    assert int4.stack_with((nn.Linear(HIDDEN, 32, bias=False),)) is None  # a bf16 linear
+    assert int4.stack_with((int4,)) is None  # the same module twice
+    other = _linears(generator, "int4", (32,))[0]
+    other.backend = "auto"  # CPU: the torch path
+    assert int4.stack_with((other,)) is None
+    other.backend = "triton"
+    assert int4.stack_with((other,)) is not None

@@ -10,6 +10,10 @@ expert width 704; needs CUDA), routes a random canvas of `--tokens` x
   int4-bits (the same in Triton bit ops, what the interpreter runs),
   int4-affine32 (scale + min per 32 inputs: the path of imported Q4_K / AWQ
   weights), int4-legacy (the first-generation kernel on the old layout);
+- gguf-q4_k_m: a GGUF Q4_K_M file's layer as the GGUF loader holds it
+  (`gguf_experts`): gate_up affine int4 under Q4_K's two-level scales (uint8
+  sc and m per 32 inputs, fp16 d and -dmin per 256), down int8 with an fp16
+  scale per 32 (Q8_0's) and int8 activations;
 - int8 / fp8 (product: w8a8, activations quantized per row in the kernels;
   fp8 falls back to w8a16 below sm_89), int8-w8a16 / fp8-w8a16 (bf16
   activations), int8-legacy / fp8-legacy;
@@ -42,6 +46,7 @@ import dataclasses
 import os
 import statistics
 import time
+from pathlib import Path
 
 import msgspec
 
@@ -71,6 +76,14 @@ class Variant:
     """int4 unpack in inline PTX (None: the product's default, PTX on CUDA)."""
     affine_group: int | None = None
     """int4 with a min per this many inputs instead of symmetric codes."""
+    gguf: str | None = None
+    """A GGUF recipe's layout as the loader holds it (`gguf_experts`), instead of `QuantizedExperts.from_experts`'."""
+    down_activations: str | None = None
+    """The down launch's activations where they differ from gate_up's (None: `activations`)."""
+
+    def activation_kinds(self) -> tuple[str, str]:
+        """What the gate_up and the down launch round their activations to."""
+        return self.activations, self.down_activations or self.activations
 
 
 VARIANTS = {
@@ -78,6 +91,7 @@ VARIANTS = {
     "int4-bits": Variant("int4", asm=False),
     "int4-affine32": Variant("int4", affine_group=32),
     "int4-legacy": Variant("int4", kernel="legacy"),
+    "gguf-q4_k_m": Variant("int4", gguf="Q4_K_M", down_activations="int8"),
     "int8": Variant("int8", activations="int8"),
     "int8-w8a16": Variant("int8"),
     "int8-legacy": Variant("int8", kernel="legacy"),
@@ -103,7 +117,7 @@ class MoeFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     error_vs_bf16: float
     """||out - ref|| / ||ref||, ref = the fp32 loop on the unquantized weights."""
     weight_bytes: int
-    """Packed data + scales (+ mins) of the routed experts: what one forward must read."""
+    """Packed data + scales (+ mins, super scales) of the routed experts: what one forward must read."""
     floor_ms: float | None
     ms: float | None
     """Median device time of one forward (CUDA-graph replays); None on CPU."""
@@ -264,23 +278,25 @@ class _Packed:
     module: object  # QuantizedExperts
     legacy: tuple | None = None
     affine: dict | None = None
+    gguf: object | None = None  # QuantizedExperts in the GGUF loader's layout (`gguf_experts`)
 
 
-def _expert_loop(hidden, index, weights, expert_weights, activations: str = "none", groups=(0, 0)):
+def _expert_loop(hidden, index, weights, expert_weights, activations=("none", "none"), groups=(0, 0)):
     """The experts forward in fp32, one expert at a time: `expert_weights(e)` -> fp32 (gate_up, down).
 
     Rounds where the kernels round: the intermediate to the activations' dtype (the gate_up launch
-    stores it so), and with w8a8 each matmul's input per row and per `groups` inputs.
+    stores it so), and with w8a8 each matmul's input (`activations`: gate_up's, down's) per row and per
+    `groups` inputs.
     """
     import torch
     import torch.nn.functional as F
 
     from dgemma_lsp.engine.kernels.quant_formats import dequantize_activations, quantize_activations
 
-    def rounded(rows, group):
-        if activations == "none":
+    def rounded(rows, group, kind):
+        if kind == "none":
             return rows
-        return dequantize_activations(*quantize_activations(rows, group, activations))
+        return dequantize_activations(*quantize_activations(rows, group, kind))
 
     top_k = index.shape[1]
     stored = hidden.dtype
@@ -297,8 +313,8 @@ def _expert_loop(hidden, index, weights, expert_weights, activations: str = "non
         start += count
         tokens = pairs // top_k
         gate_up, down = expert_weights(expert)
-        gate, up = (rounded(hidden[tokens], groups[0]) @ gate_up.T).chunk(2, dim=-1)
-        inner = rounded((F.gelu(gate, approximate="tanh") * up).to(stored).float(), groups[1])
+        gate, up = (rounded(hidden[tokens], groups[0], activations[0]) @ gate_up.T).chunk(2, dim=-1)
+        inner = rounded((F.gelu(gate, approximate="tanh") * up).to(stored).float(), groups[1], activations[1])
         output.index_add_(0, tokens, (inner @ down.T) * weights.reshape(-1)[pairs, None].float())
     return output
 
@@ -316,9 +332,17 @@ def _variant_forward(name: str, variant: Variant, packed: _Packed | None, expert
                 (0, 0))  # fmt: skip
     module = packed.module
     mode = variant.mode
+    if variant.gguf:
+        if packed.gguf is None:
+            packed.gguf = gguf_experts(experts, variant.gguf)
+        module = packed.gguf
     tensors = {"gate_up_data": module.gate_up_data, "gate_up_scales": module.gate_up_scales,
                "down_data": module.down_data, "down_scales": module.down_scales}  # fmt: skip
-    mins = {}
+    mins = {"gate_up_mins": module.gate_up_mins} if variant.gguf else {}  # Q4_K's; Q8_0's int8 down has none
+    # Two-level scales and the down's own mode (the GGUF layout's): what QuantizedExperts.forward passes.
+    layout = {"down_mode": module.down_mode, "gate_up_super": module._super("gate_up"),
+              "down_super": module._super("down")} if variant.gguf else {}  # fmt: skip
+    supers = [t for which in ("gate_up", "down") for t in (module._super(which) or ()) if t is not None]
     if variant.affine_group:
         if packed.affine is None:
             gate_up = [quantize_int4_affine(experts.gate_up_proj[e], variant.affine_group) for e in range(module.num_experts)]
@@ -343,12 +367,17 @@ def _variant_forward(name: str, variant: Variant, packed: _Packed | None, expert
     else:
         settings = {} if variant.asm is None else {"asm": variant.asm}
 
+        gate_up_activations, down_activations = variant.activation_kinds()
+
         def forward(hidden, index, weights):
             with fused_moe.launch_settings(**settings):
-                return fused_moe.fused_experts(hidden, index, weights, mode=mode, activations=variant.activations,
-                                               **tensors, **mins)  # fmt: skip
+                return fused_moe.fused_experts(hidden, index, weights, mode=mode, activations=gate_up_activations,
+                                               down_activations=down_activations, **tensors, **mins, **layout)  # fmt: skip
 
     def expert_weights(e):
+        if variant.gguf:  # the module's own dequantization: each projection in its mode, two-level scales
+            return module.expert_weights(e, torch.float32)
+
         def weight(which):
             which_mins = mins.get(f"{which}_mins")
             return dequantize(tensors[f"{which}_data"][e], tensors[f"{which}_scales"][e], mode, torch.float32,
@@ -356,9 +385,85 @@ def _variant_forward(name: str, variant: Variant, packed: _Packed | None, expert
 
         return weight("gate_up"), weight("down")
 
-    per_expert = sum(t[0].numel() * t.element_size() for t in (*tensors.values(), *mins.values()))
-    groups = module.activation_groups() if variant.activations != "none" else (0, 0)
+    per_expert = sum(t[0].numel() * t.element_size() for t in (*tensors.values(), *mins.values(), *supers))
+    groups = module.activation_groups() if variant.activation_kinds() != ("none", "none") else (0, 0)
     return forward, expert_weights, per_expert, groups
+
+
+def gguf_experts(experts, recipe: str):
+    """`experts`' weights as the GGUF loader holds a `recipe` file's experts module: a QuantizedExperts whose
+    gate_up is Q4_K's exact form (affine int4, uint8 sc and m per 32 under fp16 d and -dmin per 256) and down
+    Q8_0's (int8, an fp16 scale per 32), placed by the loader's own `_pack` (tile packing, group-major scales,
+    the buffers' names and dtypes) from rows in `_exact_rows`' form (`gguf_rows`) instead of a file's blocks.
+
+    Q4_K_M's `ffn_down_exps` is Q5_0 on most layers of the published file and Q8_0 on the `use_more_bits`
+    ones (formats/gguf.py `recipe_types`); both load as this int8 layout, so the kernels' work is the same.
+    """
+    import gguf as gguf_py
+
+    from dgemma_lsp.engine.weights.formats import gguf as loader
+    from dgemma_lsp.engine.weights.quantization import QuantizedExperts
+
+    assert recipe == "Q4_K_M", f"only Q4_K_M's layout is built here, not {recipe}"
+    module = QuantizedExperts(mode="int4", down_mode="int8", num_experts=experts.num_experts, act_fn=experts.act_fn)
+    for which, kind in (("gate_up", "Q4_K"), ("down", "Q8_0")):
+        weight = getattr(experts, f"{which}_proj").detach()  # [E, N, K]
+        rows = weight.reshape(-1, weight.shape[-1])  # [E * N, K], as the loader reads a GGUF tensor's rows
+        qtype = int(gguf_py.GGMLQuantizationType[kind])
+        tensor = loader.GgufTensor(Path(), f"blk.0.ffn_{which}_exps.weight", qtype, tuple(weight.shape), 0, 0)
+        source = loader.RowSource(exact=lambda _, first, count, rows=rows, kind=kind: gguf_rows(
+            rows[first : first + count], kind), values=None)  # fmt: skip  # exact rows only: values are never read
+        mode, group = loader.packed_mode_of(qtype)
+        loader._pack(module, which, tensor, mode, group, str(weight.device), source, exact=True)
+    return module
+
+
+def gguf_rows(values, kind: str) -> tuple:
+    """Rows `[R, K]` quantized to GGUF `kind`, in the loader's exact form of it (formats/gguf.py `_exact_rows`),
+    on `values`' device: Q4_K -> codes uint8 `[R, K]` (0..15), sc and m uint8 `[R, K / 32]`, d and -dmin fp16
+    `[R, K / 256]`; Q8_0 -> codes int8 `[R, K]`, d fp16 `[R, K / 32]`.
+
+    Q8_0 is gguf's own quantizer step for step (`gguf.quants.Q8_0`: d = absmax / 127, codes rounded half away
+    from zero at x / d): the same codes and scales, bit for bit. Q4_K is llama.cpp's quantize_row_q4_K_ref
+    from the sub-blocks' fit on (6-bit sc and m under fp16 d = largest scale / 63 and dmin = largest min / 63,
+    codes from the rounded products), but fits each 32 by its min and max, without make_qkx2_quants' search
+    over 21 scales: gguf 0.19 has no Q4_K quantizer, and the port of llama.cpp's in bench/format_writers.py
+    (numpy, one core) takes about a second per full-size expert, two minutes a layer: more than a loan's
+    `moe-check` stage. In torch on the card it takes well under a second, loses about what llama.cpp's does
+    (tests/bench/test_bench_moe.py), and the layout, the bytes and the kernels' work are the product's.
+    A row shorter than 256 inputs (the tiny shape's hidden, 64) is one short super-block.
+    """
+    import torch
+
+    rows, k = values.shape
+    x = values.float().reshape(rows, k // 32, 32)  # [R, G, 32]
+    if kind == "Q8_0":
+        d = x.abs().amax(-1, keepdim=True) / 127  # [R, G, 1]
+        codes = _round_half_away(x * torch.where(d == 0, 0.0, 1 / d))
+        return codes.to(torch.int8).reshape(rows, k), d.to(torch.float16).reshape(rows, -1)
+    assert kind == "Q4_K", f"no exact form of {kind} here"
+    size = min(256, k)  # inputs per super-block
+    assert k % size == 0 and size % 32 == 0, f"Q4_K rows of {k} inputs do not tile super-blocks of {size}"
+    x = x.reshape(rows, k // size, size // 32, 32)  # [R, S, 8, 32]
+    low = x.amin(-1).clamp(max=0.0)  # [R, S, 8]: llama.cpp's min is never above 0
+    scale, minimum = (x.amax(-1) - low) / 15, -low
+    largest_scale, largest_min = scale.amax(-1, keepdim=True), minimum.amax(-1, keepdim=True)  # [R, S, 1]
+    sc = _round_half_away(torch.where(largest_scale > 0, 63 / largest_scale, 0.0) * scale).clamp(max=63)
+    m = _round_half_away(torch.where(largest_min > 0, 63 / largest_min, 0.0) * minimum).clamp(max=63)
+    d, dmin = (largest_scale / 63).to(torch.float16), (largest_min / 63).to(torch.float16)
+    step, offset = (d.float() * sc).unsqueeze(-1), (dmin.float() * m).unsqueeze(-1)  # [R, S, 8, 1]
+    codes = torch.where(step > 0, _round_half_away((x + offset) / step), 0.0).clamp(0, 15)
+    fields = (codes, sc, m)
+    return (*(f.to(torch.uint8).reshape(rows, -1) for f in fields), d.reshape(rows, -1), (-dmin).reshape(rows, -1))
+
+
+def _round_half_away(values):
+    """Round half away from zero, as gguf's `np_roundf` (and C's roundf) computes it."""
+    import torch
+
+    magnitude = values.abs()
+    whole = torch.floor(magnitude)
+    return torch.sign(values) * (whole + torch.floor(2 * (magnitude - whole)))
 
 
 def product_variant(mode: str, device) -> str:
@@ -386,7 +491,7 @@ def measure_variant(name: str, packed: _Packed | None, experts, inputs, bf16_ref
         if variant.kernel == "transformers":
             reference = bf16_reference
         else:
-            reference = _expert_loop(hidden, index, weights, expert_weights, variant.activations, groups)
+            reference = _expert_loop(hidden, index, weights, expert_weights, variant.activation_kinds(), groups)
         output, ops, launches = count_ops(lambda: forward(hidden, index, weights))
         difference = output.float() - reference
         max_rel = float(difference.abs().max() / reference.abs().max())

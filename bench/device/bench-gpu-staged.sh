@@ -48,7 +48,7 @@ stage step-ab-int4 160 step --modes int4 --fused on,off --repeats 2
 stage profile-step 130 --script bench/device/profile_step.py int4 --fused on
 # kill -9 of a CUDA daemon: its warm standby (forked before CUDA was touched) serves the next completion.
 stage respawn-cuda 60 respawn --model tiny-random --runs 2
-stage moe-time-1024 70 --script bench/device/moe_kernels.py time --tokens 1024 --variants int4,int4-bits,int8,fp8,bf16
+stage moe-time-1024 70 --script bench/device/moe_kernels.py time --tokens 1024 --variants int4,int4-bits,gguf-q4_k_m,int8,fp8,bf16
 stage step-ab-fp8 150 step --modes fp8 --fused on,off --repeats 2
 stage quant 150 quant
 stage moe-profile 30 --script bench/device/moe_kernels.py profile

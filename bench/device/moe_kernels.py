@@ -3,9 +3,10 @@
 Run from the repository root (bench/device/README.md), one stage per call so each has its own time limit:
 
 - `check`: at the full shape, 256 tokens: the int4 unpack in inline PTX equals the Triton bit-op one
-  bit for bit (gate_up outputs, symmetric and affine); every variant of `bench moe` against the fp32
-  loop on its own packed weights and against the unquantized weights; every output element written
-  (outputs poisoned with NaN first); each line printed as it is known, then PASS or FAIL.
+  bit for bit (gate_up outputs, symmetric, affine, and GGUF Q4_K's affine under two-level scales); every
+  variant of `bench moe` (gguf-q4_k_m included: a Q4_K_M file's layout) against the fp32 loop on its own
+  packed weights and against the unquantized weights; every output element written (outputs poisoned
+  with NaN first); each line printed as it is known, then PASS or FAIL.
 - `time`: every variant at 256 and 1,024 tokens (4 candidates): CUDA-graph ms, x floor (the measured
   copy rate), eager ms; a row per variant as it comes.
 - `profile`: torch.profiler over eager forwards of the product variants: the device kernels one layer
@@ -69,19 +70,30 @@ def bf16_reference(experts, inputs):
 
 
 def gate_up_outputs(packed: moe._Packed, inputs, *, asm: bool, affine: dict | None = None) -> torch.Tensor:
-    """The gate_up launch alone (no atomics: its bits do not depend on scheduling)."""
+    """The gate_up launch alone (no atomics: its bits do not depend on scheduling); `affine`: its data, scales,
+    mins (and `gate_up_super`: two-level scales) instead of the product int4's."""
     hidden, index, _ = inputs
     module = packed.module
     tensors = affine or {"gate_up_data": module.gate_up_data, "gate_up_scales": module.gate_up_scales,
                          "gate_up_mins": None}  # fmt: skip
+    super_scales, super_mins = tensors.get("gate_up_super") or (None, None)
     routing = fused_moe.align_routing(index, module.num_experts, fused_moe.block_m_for(index.numel(), module.num_experts))
     with fused_moe.launch_settings(asm=asm):
         return torch.ops.dgemma.expert_gemm(
             hidden, tensors["gate_up_data"], tensors["gate_up_scales"], tensors["gate_up_mins"], routing.sorted_pairs,
             routing.block_experts, routing.rows_used, None, num_rows=routing.num_pairs, out_rows=routing.num_pairs,
             n=tensors["gate_up_data"].shape[1] // 2, a_row_div=index.shape[1], out_row_div=1, block_m=routing.block_m,
-            weights="int4-affine" if affine else "int4", activations="none", gated=True,
+            weights="int4-affine" if affine else "int4", activations="none", gated=True, ss=super_scales,
+            sm=super_mins,
         )  # fmt: skip
+
+
+def q4_k_gate_up(packed: moe._Packed, experts) -> dict:
+    """The gguf-q4_k_m variant's gate_up (Q4_K as the GGUF loader holds it), for `gate_up_outputs`."""
+    moe._variant_forward("gguf-q4_k_m", moe.VARIANTS["gguf-q4_k_m"], packed, experts, 128)
+    module = packed.gguf
+    return {"gate_up_data": module.gate_up_data, "gate_up_scales": module.gate_up_scales,
+            "gate_up_mins": module.gate_up_mins, "gate_up_super": module._super("gate_up")}  # fmt: skip
 
 
 def stage_check(args) -> bool:
@@ -106,7 +118,12 @@ def stage_check(args) -> bool:
             ptx = gate_up_outputs(packed["int4"], inputs, asm=True, affine=affine)
             affine_equal = torch.equal(pure, ptx) and bool(torch.isfinite(pure).all())
             say(f"affine int4 unpack: inline PTX == bit ops, bit for bit: {affine_equal}")
-        ok = equal and affine_equal
+            two_level = q4_k_gate_up(packed["int4"], experts)
+            pure = gate_up_outputs(packed["int4"], inputs, asm=False, affine=two_level)
+            ptx = gate_up_outputs(packed["int4"], inputs, asm=True, affine=two_level)
+            q4_k_equal = torch.equal(pure, ptx) and bool(torch.isfinite(pure).all())
+            say(f"Q4_K int4 unpack (two-level scales): inline PTX == bit ops, bit for bit: {q4_k_equal}")
+        ok = equal and affine_equal and q4_k_equal
     else:
         say("int4 unpack: inline PTX not checked (no CUDA)")
     for name in moe.variants_for(args.variants, moe.MODES, device):

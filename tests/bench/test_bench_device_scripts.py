@@ -36,6 +36,15 @@ def test_the_kernel_check_passes_every_product_variant_against_its_references():
     assert out.rstrip().endswith("check: PASS"), out
 
 
+def test_the_kernel_check_and_timing_take_the_gguf_q4_k_m_layout():
+    """What a GGUF Q4_K_M loads as is one of the variants a loan checks and times (`--variants all`'s)."""
+    out = _run("moe_kernels.py", "check", "--shape", "tiny", "--variants", "gguf-q4_k_m")
+    assert re.search(r"^gguf-q4_k_m: rel.err vs its fp32 reference \S+ .*: ok$", out, re.M), out
+    assert out.rstrip().endswith("check: PASS"), out
+    out = _run("moe_kernels.py", "time", "--shape", "tiny", "--tokens", "64", "--variants", "gguf-q4_k_m")
+    assert re.search(r"^64 gguf-q4_k_m: triton-interpreter, ", out, re.M), out
+
+
 def test_the_step_profile_times_the_step_and_names_the_operators():
     out = _run("profile_step.py", "int4", "--scale", "tiny", "--fused", "on")  # each interpreted step is slow
     assert re.search(r"int4 fused=True capture=False: median step [\d.]+ ms", out), out

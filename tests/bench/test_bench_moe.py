@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 USES_TRITON_INTERPRETER = True  # tests/conftest.py keeps TRITON_INTERPRET for this module's tests
 
 
@@ -28,3 +30,63 @@ def test_bench_moe_full_shape_refuses_without_cuda():
     done = subprocess.run([sys.executable, "-m", "dgemma_lsp.server.cli", "bench", "moe", "--shape", "full",
                            "--device", "cpu"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and done.stdout == ""
+
+
+def test_bench_moe_times_the_gguf_q4_k_m_layout_against_its_own_dequantized_weights():
+    """Q4_K_M as the GGUF loader holds it (affine int4 gate_up with uint8 sc and m per 32 under fp16 d and
+    -dmin, int8 down with an fp16 scale per 32 and int8 activations): the kernels agree with the fp32 loop on
+    the same weights, the format costs less than symmetric int4 in groups of 128, and the floor counts
+    every byte of it."""
+    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "bench", "moe", "--json", "--tokens", "64",
+               "--variants", "int4,gguf-q4_k_m"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    figure = report["variants"]["gguf-q4_k_m"]
+    assert figure["backend"] == "triton-interpreter" and figure["tritonLaunches"] >= 3
+    assert figure["maxRelError"] <= report["targets"]["maxRelError"]
+    assert 0 < figure["errorVsBf16"] < min(0.3, report["variants"]["int4"]["errorVsBf16"])
+    hidden, width = report["hidden"], report["expertWidth"]
+    super_group = min(256, hidden)  # the tiny shape's hidden (64) is one short super-block
+    gate_up = 2 * width * (hidden // 2 + 2 * hidden // 32 + 2 * 2 * hidden // super_group)  # codes, sc + m, d + dmin
+    down = hidden * (width + 2 * width // 32)  # int8 codes, an fp16 scale per 32
+    assert figure["weightBytes"] == report["routedExperts"] * (gate_up + down)
+
+
+def test_the_q4_k_m_rows_are_the_loaders_exact_form(tmp_path):
+    """The bench's Q8_0 rows are gguf's own quantizer's blocks through the loader's conversion, bit for bit;
+    its Q4_K rows have the loader's fields (dtypes, shapes) and lose about what llama.cpp's reference
+    quantizer loses (they fit each 32 by its min and max, without llama.cpp's search)."""
+    import gguf
+    import numpy as np
+    import torch
+
+    from dgemma_lsp.bench import format_writers, moe
+    from dgemma_lsp.engine.weights.formats import gguf as ours
+
+    kinds = gguf.GGMLQuantizationType
+    values = torch.randn(16, 512, generator=torch.Generator().manual_seed(5)) * 0.02
+    values[3, :32] = 0.0  # an all-zero group: no division by zero
+
+    def loader_rows(kind, blocks):
+        path = tmp_path / f"{kind.name}.bin"
+        blocks.tofile(path)
+        tensor = ours.GgufTensor(path, kind.name, int(kind), tuple(values.shape), 0, blocks.nbytes)
+        return ours._exact_rows(tensor, 0, values.shape[0])
+
+    q8_blocks = gguf.quants.quantize(values.numpy(), kinds.Q8_0)
+    for bench_part, loader_part in zip(moe.gguf_rows(values, "Q8_0"), loader_rows(kinds.Q8_0, q8_blocks), strict=True):
+        assert bench_part.dtype == loader_part.dtype and torch.equal(bench_part, loader_part)
+    q4_blocks = format_writers.encode(values.numpy(), kinds.Q4_K)
+    bench_q4, loader_q4 = moe.gguf_rows(values, "Q4_K"), loader_rows(kinds.Q4_K, q4_blocks)
+    assert [(t.dtype, t.shape) for t in bench_q4] == [(t.dtype, t.shape) for t in loader_q4]
+
+    def error(codes, sc, m, d, neg_dmin):  # d * sc * q - dmin * m, per 32 and 256 inputs
+        scale = sc.float().repeat_interleave(32, -1) * d.float().repeat_interleave(256, -1)
+        low = m.float().repeat_interleave(32, -1) * neg_dmin.float().repeat_interleave(256, -1)
+        return float((scale * codes.float() + low - values).norm() / values.norm())
+
+    reference = np.asarray(gguf.quants.dequantize(q4_blocks, kinds.Q4_K)).reshape(values.shape)
+    assert error(*loader_q4) == pytest.approx(float((torch.from_numpy(reference) - values).norm() / values.norm()))
+    assert 0.5 * error(*loader_q4) < error(*bench_q4) < 1.5 * error(*loader_q4)

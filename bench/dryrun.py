@@ -567,6 +567,9 @@ def run_request(model, watcher, gpu: VirtualGpu, mode: str, prompt_tokens: int, 
                 resident: int, fused: bool | None = None) -> RunFigure:  # fmt: skip
     denoiser = _denoiser_class()(model, capture=False, eos_ids=set(), pad_id=0, fused=fused)
     denoiser.watcher, denoiser.step_figures = watcher, []
+    # The fused decoder stacks projections of one input when it is built (StackedLinears): their buffers are
+    # now views of the stacks, whose storages are what a step reads.
+    watcher.weights = _storages(list(model.parameters()) + list(model.buffers()))
     prompt = [4 + (i % 1000) for i in range(prompt_tokens)]
     watcher.syncs.clear()
     watcher.mismatches = 0

@@ -9,9 +9,8 @@ in with its packed buffers. The kernels and why they are ours:
 `expert_kernels` (the expert GEMM) and `moe_kernels` (routing alignment, and
 the first-generation dequant GEMM kept for A/B timing).
 
-One MoE layer is: a stable argsort of the routed experts (torch), one
-alignment kernel (histogram, block padding, scatter into sorted rows), one
-gate_up launch (GELU-tanh * up fused, all experts), one down launch (routing
+One MoE layer is: one alignment kernel (histogram, block padding, each pair's
+row from an atomic counter per expert: no sort), one gate_up launch (GELU-tanh * up fused, all experts), one down launch (routing
 weight and the top-k sum fused as fp32 atomic adds), a zero fill for those
 sums and a cast: 3 Triton launches, `count_launches` counts them. w8a8
 quantizes activations inside the two GEMM launches: no extra launch. No
@@ -31,10 +30,10 @@ compiles to ~1.5 per weight (`lop3` + `HFMA2.BF16_V2` on pairs, a shift per
 code; bench/device/compile_kernels.py reads it from the cubin), and row
 blocks of ~1.5x an expert's pairs read each expert's weights about once.
 Predicted before any GPU run (2026-11-28, H200, 256 tokens): int4 0.15-0.25
-ms, w8a8 0.25-0.30 ms, of which ~0.03 ms routing (argsort, align), zero fill
-and cast; at 1,024 tokens (64-row blocks, ~half the experts read twice)
-+0.05-0.1 ms. Launches per layer: 3 Triton (align, gate_up, down) plus the
-torch argsort (a few CUDA kernels), the fp32 zero fill and the bf16 cast.
+ms, w8a8 0.25-0.30 ms, of which ~0.03 ms routing (then an argsort and the
+align), zero fill and cast; at 1,024 tokens (64-row blocks, ~half
+the experts read twice) +0.05-0.1 ms. Launches per layer: 3 Triton (align,
+gate_up, down), the fp32 zero fill and the bf16 cast.
 
 Tile sizes are heuristics (`launch_settings_for`, `block_m_for`) checked for
 registers on sm_89/90/120 ahead of time; `bench/device/moe_kernels.py sweep`
@@ -190,7 +189,7 @@ def _capability(index: int | None) -> tuple[int, int]:
 
 @dataclasses.dataclass(frozen=True)
 class Routing:
-    """Pairs (token, slot) sorted by expert in rows padded to BLOCK_M per expert; all on the device."""
+    """Pairs (token, slot) grouped by expert in rows padded to BLOCK_M per expert; all on the device."""
 
     sorted_pairs: torch.Tensor  # [max_rows] int32; num_pairs marks padding
     block_experts: torch.Tensor  # [max_blocks] int32; num_experts past the rows in use
@@ -228,11 +227,10 @@ def _block_m_override() -> int | None:
 
 
 def align_routing(top_k_index: torch.Tensor, num_experts: int, block_m: int) -> Routing:
-    """Build the sorted, block-padded rows for `top_k_index` `[T, top_k]` without leaving the device."""
+    """Build the expert-grouped, block-padded rows for `top_k_index` `[T, top_k]` without leaving the device."""
     num_pairs = top_k_index.numel()
     flat = top_k_index.view(-1)  # [P]
-    order = torch.argsort(flat, stable=True)  # [P]
-    sorted_pairs, block_experts, rows_used = torch.ops.dgemma.align_routing(flat, order, num_experts, block_m)
+    sorted_pairs, block_experts, rows_used = torch.ops.dgemma.align_routing(flat, num_experts, block_m)
     return Routing(sorted_pairs, block_experts, rows_used, block_m, num_pairs)
 
 
@@ -244,7 +242,7 @@ def _routing_sizes(num_pairs: int, num_experts: int, block_m: int) -> tuple[int,
 
 @torch.library.custom_op("dgemma::align_routing", mutates_args=())
 def _align_routing_op(
-    flat: torch.Tensor, order: torch.Tensor, num_experts: int, block_m: int
+    flat: torch.Tensor, num_experts: int, block_m: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One launch of `align_routing_kernel`: (sorted_pairs [max_rows], block_experts [max_blocks], rows_used [1])."""
     num_pairs = flat.numel()
@@ -254,10 +252,10 @@ def _align_routing_op(
     sorted_pairs = torch.empty(max_rows, dtype=torch.int32, device=device)
     block_experts = torch.empty(max_blocks, dtype=torch.int32, device=device)
     rows_used = torch.empty(1, dtype=torch.int32, device=device)
-    scratch = torch.empty(2 * e_p2, dtype=torch.int32, device=device)
+    scratch = torch.empty(3 * e_p2, dtype=torch.int32, device=device)
     _launch(
         moe_kernels.align_routing_kernel, (1,),
-        flat, order, sorted_pairs, block_experts, rows_used, scratch,
+        flat, sorted_pairs, block_experts, rows_used, scratch,
         num_pairs, num_experts, max_rows, max_blocks,
         BLOCK_M=block_m, P_P2=_next_power_of_2(num_pairs), E_P2=e_p2,
         ROWS_P2=_next_power_of_2(max_rows), BLOCKS_P2=_next_power_of_2(max_blocks),
@@ -267,7 +265,7 @@ def _align_routing_op(
 
 
 @_align_routing_op.register_fake
-def _(flat, order, num_experts, block_m):
+def _(flat, num_experts, block_m):
     max_rows, max_blocks = _routing_sizes(flat.numel(), num_experts, block_m)
     return (flat.new_empty(max_rows, dtype=torch.int32), flat.new_empty(max_blocks, dtype=torch.int32),
             flat.new_empty(1, dtype=torch.int32))  # fmt: skip

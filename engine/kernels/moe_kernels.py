@@ -1,8 +1,8 @@
 """Triton kernels for quantized weights: routing alignment, and the first-generation dequantizing GEMM.
 
 Owns device code only: `align_routing_kernel` (the product's routing: histogram,
-block padding and the scatter into expert-sorted rows, one program, no host
-sync) and `dequant_gemm_kernel`, the first-generation expert GEMM, kept so
+block padding and the scatter into expert-grouped rows, one program, no sort,
+no host sync) and `dequant_gemm_kernel`, the first-generation expert GEMM, kept so
 `bench moe` can time it against its successor (`expert_kernels`) on the same
 card: it reads `quant_formats.legacy_layout` (int4 as two's-complement nibble
 pairs `[E, N, K/2]`, scales `[E, N, K/g]`), unpacks in fp32 per element
@@ -33,11 +33,10 @@ MODE_CODES = {"int8": 0, "int4": 1, "fp8": 2}
 @triton.jit
 def align_routing_kernel(
     flat_experts_ptr,  # [P] int64: expert of each (token, slot) pair, P = T * top_k
-    order_ptr,  # [P] int64: pair ids sorted by expert (stable)
     sorted_pairs_ptr,  # out [MAX_ROWS] int32: pair id of each padded row; P marks padding
     block_experts_ptr,  # out [MAX_BLOCKS] int32: expert of each BLOCK_M rows; E past the last used block
     rows_used_ptr,  # out [1] int32: rows in use (sum of the block-padded counts)
-    scratch_ptr,  # [2 * E_P2] int32: per-expert shift and padded end, read back after a barrier
+    scratch_ptr,  # [3 * E_P2] int32: per-expert first row, padded end and rank counter
     num_pairs,
     num_experts,
     max_rows,
@@ -48,7 +47,12 @@ def align_routing_kernel(
     ROWS_P2: tl.constexpr,
     BLOCKS_P2: tl.constexpr,
 ):
-    """One program: histogram, block padding and the scatter into sorted rows; no host sync anywhere."""
+    """One program: histogram, block padding and the scatter into expert-grouped rows; no sort, no host sync.
+
+    A pair's row is its expert's first padded row plus its rank among that expert's pairs, which an atomic
+    counter per expert hands out. The order of one expert's pairs among its rows is the order the atomics
+    land in (the pairs' order on CPU): no kernel reads it. A row's result depends only on its pair, and a
+    token's top-k sum (the down launch's atomics) has at most one pair per expert."""
     pairs = tl.arange(0, P_P2)
     valid = pairs < num_pairs
     # Invalid lanes count in bin `num_experts`, which is then zeroed: no masked histogram needed.
@@ -58,19 +62,17 @@ def align_routing_kernel(
     counts = tl.where(bins < num_experts, counts, 0)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     padded_end = tl.cumsum(padded, 0)
-    # where an expert's rows start in the padded layout minus where its pairs start in sorted order
-    shift = (padded_end - padded) - (tl.cumsum(counts, 0) - counts)
-    tl.store(scratch_ptr + bins, shift)
+    tl.store(scratch_ptr + bins, padded_end - padded)
     tl.store(scratch_ptr + E_P2 + bins, padded_end)
+    tl.store(scratch_ptr + 2 * E_P2 + bins, tl.zeros([E_P2], dtype=tl.int32))
     tl.store(rows_used_ptr, tl.sum(padded, 0))
     rows = tl.arange(0, ROWS_P2)
     tl.store(sorted_pairs_ptr + rows, tl.zeros([ROWS_P2], dtype=tl.int32) + num_pairs, mask=rows < max_rows)
     tl.debug_barrier()  # the scratch and the padding fill must land before they are read or overwritten
 
-    order = tl.load(order_ptr + pairs, mask=valid, other=0)
-    sorted_experts = tl.load(flat_experts_ptr + order, mask=valid, other=0)
-    destination = pairs + tl.load(scratch_ptr + sorted_experts, mask=valid, other=0)
-    tl.store(sorted_pairs_ptr + destination, order.to(tl.int32), mask=valid)
+    rank = tl.atomic_add(scratch_ptr + 2 * E_P2 + experts, 1, mask=valid)
+    destination = tl.load(scratch_ptr + experts, mask=valid, other=0) + rank
+    tl.store(sorted_pairs_ptr + destination, pairs, mask=valid)
 
     # A block belongs to the expert whose padded range holds its first row, i.e. to
     # the count of experts that end at or before it (empty ones included).

@@ -118,7 +118,7 @@ def post_attention_kernel(
 @triton.jit
 def post_ffn_kernel(
     mlp_ptr,  # [T, H] dense MLP output
-    experts_ptr,  # [T, H] experts output
+    experts_ptr,  # [T, H] experts output, or its fp32 top-k sums (rounded here as their cast would round them)
     residual_ptr,  # [T, H] the residual after attention
     w_mlp_ptr,  # [H] post_feedforward_layernorm_1
     w_experts_ptr,  # [H] post_feedforward_layernorm_2
@@ -139,7 +139,7 @@ def post_ffn_kernel(
     x = tl.load(mlp_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
     weight = tl.load(w_mlp_ptr + cols, mask=valid, other=0.0).to(tl.float32)
     dense = _round(x * _inv_rms(x, hidden, eps) * weight, dtype)
-    x = tl.load(experts_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
+    x = _round(tl.load(experts_ptr + offsets, mask=valid, other=0.0).to(tl.float32), dtype)
     weight = tl.load(w_experts_ptr + cols, mask=valid, other=0.0).to(tl.float32)
     routed = _round(x * _inv_rms(x, hidden, eps) * weight, dtype)
     both = _round(dense + routed, dtype)

@@ -12,7 +12,7 @@ the first-generation dequant GEMM kept for A/B timing).
 One MoE layer is: one alignment kernel (histogram, block padding, each pair's
 row from an atomic counter per expert: no sort), one gate_up launch (GELU-tanh * up fused, all experts), one down launch (routing
 weight and the top-k sum fused as fp32 atomic adds), a zero fill for those
-sums and a cast: 3 Triton launches, `count_launches` counts them. w8a8
+sums and a cast (which the fused decoder's post_ffn makes itself): 3 Triton launches, `count_launches` counts them. w8a8
 quantizes activations inside the two GEMM launches: no extra launch. No
 weight is ever dequantized to memory. The atomic top-k sum makes the last
 bits of a CUDA result depend on scheduling order (top_k fp32 adds per element).
@@ -288,6 +288,7 @@ def fused_experts(
     down_activations: str | None = None,
     gate_up_super: tuple[torch.Tensor, torch.Tensor | None] | None = None,
     down_super: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+    sums: bool = False,
 ) -> torch.Tensor:
     """The DiffusionGemma experts forward on packed weights (`quant_formats` layouts): `[T, H]` -> `[T, H]`.
 
@@ -298,6 +299,8 @@ def fused_experts(
     `down_mode` / `down_activations` (default: `mode`, `activations`) where down is stored in another mode
     than gate_up (an imported GGUF: Q4_K gate_up as affine int4, Q5_0 / Q8_0 / Q6_K down as int8).
     `*_super`: (super scales, super mins or None) of two-level scales (`quant_formats`; GGUF Q4_K).
+    `sums`: return the fp32 top-k sums as the down launch leaves them, for a consumer that rounds them to the
+    activations' dtype itself (`fused_layer.post_ffn`: one cast kernel less a layer).
     """
     assert hidden_states.dim() == 2 and top_k_index.shape == top_k_weights.shape, (
         "expects [T, H] and [T, top_k]"
@@ -326,7 +329,7 @@ def fused_experts(
         activations=down_activations, gated=False,
         ss=None if down_super is None else down_super[0], sm=None if down_super is None else down_super[1],
     )  # fmt: skip  # [T, H] fp32: routing weights and the top-k sum applied
-    return output.to(hidden_states.dtype)
+    return output if sums else output.to(hidden_states.dtype)
 
 
 def fused_linear(

@@ -214,6 +214,13 @@ class QuantizedExperts(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
+        return self.forward_sums(hidden_states, top_k_index, top_k_weights, sums=False)
+
+    def forward_sums(
+        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, sums: bool = True
+    ) -> torch.Tensor:
+        """`forward`, but on the fused path the fp32 top-k sums before their cast to the activations' dtype
+        (the fused decoder's post_ffn rounds them as the cast would); elsewhere `forward`'s output."""
         # The kernel computes the GELU-tanh gate itself: any other activation keeps the loop.
         gelu_tanh = type(self.act_fn).__name__ == "GELUTanh"
         device = hidden_states.device
@@ -227,7 +234,7 @@ class QuantizedExperts(nn.Module):
                 mode=self.mode, down_mode=self.down_mode,
                 activations=_activation_kind(self.quantize_activations, device, self.mode),
                 down_activations=_activation_kind(self.quantize_activations, device, self.down_mode),
-                gate_up_super=self._super("gate_up"), down_super=self._super("down"),
+                gate_up_super=self._super("gate_up"), down_super=self._super("down"), sums=sums,
             )  # fmt: skip
         return self.forward_loop(hidden_states, top_k_index, top_k_weights)
 

@@ -91,6 +91,23 @@ def test_post_ffn_is_both_branch_norms_their_sum_the_residual_the_layer_scalar_a
     _same(ours[1], following(hidden), dtype)
 
 
+def test_post_ffn_rounds_the_experts_fp32_sums_as_their_cast_would():
+    """The quantized experts hand post_ffn their fp32 top-k sums: the same outputs as the sums cast to bf16 first,
+    bit for bit (on values whose rounding to bf16 is not exact, and with ties to even among them)."""
+    decoder = _model(torch.bfloat16).model.decoder
+    layer, following = decoder.layers[0], decoder.layers[1].input_layernorm
+    dense, residual = _rows(40, 64, 3, torch.bfloat16), _rows(40, 64, 5, torch.bfloat16)
+    sums = _rows(40, 64, 4, torch.float32, 0.5)
+    sums[0, :8] = torch.tensor([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 2**-9 + 2**-17, 3.0, 0.5, -7.0, 1.0])  # ties
+    assert not torch.equal(sums.to(torch.bfloat16).float(), sums)
+    weights = (layer.post_feedforward_layernorm_1.weight, layer.post_feedforward_layernorm_2.weight,
+               layer.post_feedforward_layernorm.weight, layer.layer_scalar, following.weight, following.eps)  # fmt: skip
+    with torch.no_grad():
+        cast_first = fused_layer.post_ffn(dense, sums.to(torch.bfloat16), residual, *weights)
+        ours = fused_layer.post_ffn(dense, sums, residual, *weights)
+    assert torch.equal(ours[0], cast_first[0]) and torch.equal(ours[1], cast_first[1])
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_the_step_input_is_transformers_embedding_plus_self_conditioning_and_its_norms(dtype):
     decoder = _model(dtype).model.decoder

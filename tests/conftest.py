@@ -37,11 +37,6 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 TRITON_INTERPRET = "TRITON_INTERPRET"
-# The kernels' decorators read it once, at their first import, in whichever test module imports them first.
-# Set for the whole session, so every selection of the suite imports them interpreted, as the whole suite did
-# (a kernel test module among the first collected sets it): `pytest tests/engine` imported them compiled
-# through test_checkpoint_formats, and every interpreted test after failed ("Cannot call @triton.jit'd").
-os.environ.setdefault(TRITON_INTERPRET, "1")
 
 
 @pytest.fixture(autouse=True)

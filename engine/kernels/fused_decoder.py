@@ -117,6 +117,7 @@ class FusedDecoder:
             self.embed_scale, self.eps,
         )  # fmt: skip
         layers = decoder.layers
+        sums = None  # the quantized experts' fp32 top-k sums: one buffer a step, zeroed once, post_ffn clears it
         for index, layer in enumerate(layers):
             layer_type = self.layer_types[index]
             attended = self._attention(layer.self_attn, self.qkv[index], layer_input, cache.layers[index],
@@ -128,12 +129,17 @@ class FusedDecoder:
             dense = layer.mlp.down_proj(_gelu_mul(layer.mlp, self.gate_up[index], mlp_in))
             weights, experts = fused_layer.route_top_k(layer.router.proj(router_in), layer.router.per_expert_scale,
                                                        self.config.top_k_experts)  # fmt: skip
-            routed = _routed(layer.experts, experts_in, experts, weights)
+            add_sums_into = getattr(layer.experts, "add_sums_into", None)  # QuantizedExperts'
+            if add_sums_into is not None:
+                sums = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if sums is None else sums
+                routed = add_sums_into(experts_in, experts, weights, sums)
+            else:
+                routed = layer.experts(experts_in, experts, weights)
             following = layers[index + 1].input_layernorm if index + 1 < len(layers) else decoder.norm
             hidden, layer_input = fused_layer.post_ffn(
                 dense, routed, hidden, layer.post_feedforward_layernorm_1.weight,
                 layer.post_feedforward_layernorm_2.weight, layer.post_feedforward_layernorm.weight,
-                layer.layer_scalar, following.weight, self.eps,
+                layer.layer_scalar, following.weight, self.eps, clear_experts=add_sums_into is not None,
             )  # fmt: skip
         return layer_input  # the last layer's "next norm" is the decoder's final norm
 
@@ -179,11 +185,3 @@ def _gelu_mul(mlp, gate_up, x: torch.Tensor) -> torch.Tensor:
     if gate_up is not None and gate_up.runs_fused(x.device):
         return gate_up(x, gated=True)
     return fused_layer.gelu_mul(mlp.gate_proj(x), mlp.up_proj(x))
-
-
-def _routed(experts_module, x: torch.Tensor, experts: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """The experts' output for post_ffn: a quantized module's fp32 top-k sums (`QuantizedExperts.forward_sums`;
-    post_ffn rounds them as their cast would: one kernel less), else the module's own output."""
-    forward_sums = getattr(experts_module, "forward_sums", None)
-    return forward_sums(x, experts, weights) if forward_sums is not None else experts_module(x, experts, weights)
-

@@ -130,6 +130,7 @@ def post_ffn_kernel(
     hidden,
     eps,
     BLOCK: tl.constexpr,
+    CLEAR_EXPERTS: tl.constexpr,  # zero the experts' row once read (the fused decoder's sums buffer, reused a layer on)
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -140,6 +141,8 @@ def post_ffn_kernel(
     weight = tl.load(w_mlp_ptr + cols, mask=valid, other=0.0).to(tl.float32)
     dense = _round(x * _inv_rms(x, hidden, eps) * weight, dtype)
     x = _round(tl.load(experts_ptr + offsets, mask=valid, other=0.0).to(tl.float32), dtype)
+    if CLEAR_EXPERTS:  # this program alone reads the row, and it has it in registers
+        tl.store(experts_ptr + offsets, tl.zeros([BLOCK], dtype=experts_ptr.dtype.element_ty), mask=valid)
     weight = tl.load(w_experts_ptr + cols, mask=valid, other=0.0).to(tl.float32)
     routed = _round(x * _inv_rms(x, hidden, eps) * weight, dtype)
     both = _round(dense + routed, dtype)
@@ -434,22 +437,23 @@ def _(attn, residual, w_post, w_mlp, w_experts, router_scale, eps, router_root):
     return _like(residual, 4)
 
 
-@torch.library.custom_op("dgemma::post_ffn", mutates_args=())
+@torch.library.custom_op("dgemma::post_ffn", mutates_args=("experts",))
 def post_ffn(
     mlp: torch.Tensor, experts: torch.Tensor, residual: torch.Tensor, w_mlp: torch.Tensor, w_experts: torch.Tensor,
-    w_sum: torch.Tensor, layer_scalar: torch.Tensor, w_next: torch.Tensor, eps: float,
+    w_sum: torch.Tensor, layer_scalar: torch.Tensor, w_next: torch.Tensor, eps: float, clear_experts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(the layer's output `[T, H]`, the next norm of it `[T, H]`)."""
+    """(the layer's output `[T, H]`, the next norm of it `[T, H]`). `experts` may be the experts' fp32 top-k sums
+    (rounded here as their cast would); `clear_experts` zeroes them once read, for the next layer's sums."""
     outs = _like(residual, 2)
     rows, hidden = residual.shape
     block = _block(hidden)
     post_ffn_kernel[(rows,)](mlp, experts, residual, w_mlp, w_experts, w_sum, layer_scalar, w_next, *outs, hidden,
-                             eps, BLOCK=block, num_warps=_warps(block))  # fmt: skip
+                             eps, BLOCK=block, CLEAR_EXPERTS=clear_experts, num_warps=_warps(block))  # fmt: skip
     return outs
 
 
 @post_ffn.register_fake
-def _(mlp, experts, residual, w_mlp, w_experts, w_sum, layer_scalar, w_next, eps):
+def _(mlp, experts, residual, w_mlp, w_experts, w_sum, layer_scalar, w_next, eps, clear_experts=False):
     return _like(residual, 2)
 
 

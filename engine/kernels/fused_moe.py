@@ -12,7 +12,8 @@ the first-generation dequant GEMM kept for A/B timing).
 One MoE layer is: one alignment kernel (histogram, block padding, each pair's
 row from an atomic counter per expert: no sort), one gate_up launch (GELU-tanh * up fused, all experts), one down launch (routing
 weight and the top-k sum fused as fp32 atomic adds), a zero fill for those
-sums and a cast (which the fused decoder's post_ffn makes itself): 3 Triton launches, `count_launches` counts them. w8a8
+sums and a cast (in the fused decoder's step, neither: one buffer a step, which post_ffn rounds and
+clears; `fused_experts`' `into`): 3 Triton launches, `count_launches` counts them. w8a8
 quantizes activations inside the two GEMM launches: no extra launch. No
 weight is ever dequantized to memory. The atomic top-k sum makes the last
 bits of a CUDA result depend on scheduling order (top_k fp32 adds per element).
@@ -288,7 +289,7 @@ def fused_experts(
     down_activations: str | None = None,
     gate_up_super: tuple[torch.Tensor, torch.Tensor | None] | None = None,
     down_super: tuple[torch.Tensor, torch.Tensor | None] | None = None,
-    sums: bool = False,
+    into: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The DiffusionGemma experts forward on packed weights (`quant_formats` layouts): `[T, H]` -> `[T, H]`.
 
@@ -299,8 +300,9 @@ def fused_experts(
     `down_mode` / `down_activations` (default: `mode`, `activations`) where down is stored in another mode
     than gate_up (an imported GGUF: Q4_K gate_up as affine int4, Q5_0 / Q8_0 / Q6_K down as int8).
     `*_super`: (super scales, super mins or None) of two-level scales (`quant_formats`; GGUF Q4_K).
-    `sums`: return the fp32 top-k sums as the down launch leaves them, for a consumer that rounds them to the
-    activations' dtype itself (`fused_layer.post_ffn`: one cast kernel less a layer).
+    `into`: an fp32 `[T, H]` buffer the top-k sums are added to, and returned, with neither the zero fill nor
+    the cast to the activations' dtype (the fused decoder's: one buffer a step, which `fused_layer.post_ffn`
+    reads, rounds as the cast would and leaves zeroed for the next layer: two kernels less a layer).
     """
     assert hidden_states.dim() == 2 and top_k_index.shape == top_k_weights.shape, (
         "expects [T, H] and [T, top_k]"
@@ -316,20 +318,22 @@ def fused_experts(
     pairs = routing.num_pairs
     down_mode = down_mode or mode
     down_activations = activations if down_activations is None else down_activations
-    intermediate = torch.ops.dgemma.expert_gemm(
+    gate_up = torch.ops.dgemma.expert_gemm(
         hidden_states, gate_up_data, gate_up_scales, gate_up_mins, routing.sorted_pairs, routing.block_experts,
         routing.rows_used, None, num_rows=pairs, out_rows=pairs, n=inter, a_row_div=top_k, out_row_div=1,
         block_m=routing.block_m, weights=_weight_kind(mode, gate_up_mins), activations=activations, gated=True,
         ss=None if gate_up_super is None else gate_up_super[0], sm=None if gate_up_super is None else gate_up_super[1],
     )  # fmt: skip  # [P, I]: gelu_tanh(x @ gate.T) * (x @ up.T)
-    output = torch.ops.dgemma.expert_gemm(
-        intermediate, down_data, down_scales, down_mins, routing.sorted_pairs, routing.block_experts,
-        routing.rows_used, top_k_weights, num_rows=pairs, out_rows=tokens, n=hidden, a_row_div=1,
-        out_row_div=top_k, block_m=routing.block_m, weights=_weight_kind(down_mode, down_mins),
-        activations=down_activations, gated=False,
-        ss=None if down_super is None else down_super[0], sm=None if down_super is None else down_super[1],
-    )  # fmt: skip  # [T, H] fp32: routing weights and the top-k sum applied
-    return output if sums else output.to(hidden_states.dtype)
+    down = dict(num_rows=pairs, n=hidden, a_row_div=1, out_row_div=top_k, block_m=routing.block_m,
+                weights=_weight_kind(down_mode, down_mins), activations=down_activations,
+                ss=None if down_super is None else down_super[0], sm=None if down_super is None else down_super[1])
+    route = (routing.sorted_pairs, routing.block_experts, routing.rows_used, top_k_weights)
+    if into is not None:
+        torch.ops.dgemma.expert_gemm_add(gate_up, down_data, down_scales, down_mins, *route, into, **down)
+        return into
+    output = torch.ops.dgemma.expert_gemm(gate_up, down_data, down_scales, down_mins, *route, out_rows=tokens,
+                                          gated=False, **down)  # fmt: skip  # [T, H] fp32: weighted top-k sums
+    return output.to(hidden_states.dtype)
 
 
 def fused_linear(
@@ -474,6 +478,44 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
 def _(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, num_rows, out_rows, n, a_row_div,
       out_row_div, block_m, weights, activations, gated, ss=None, sm=None):  # fmt: skip
     return _gemm_output(a, out_rows, n, route_weights is not None, fake=True)
+
+
+@torch.library.custom_op("dgemma::expert_gemm_add", mutates_args=("out",))
+def _expert_gemm_add_op(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    s: torch.Tensor,
+    m: torch.Tensor | None,
+    sorted_pairs: torch.Tensor,
+    block_experts: torch.Tensor,
+    rows_used: torch.Tensor,
+    route_weights: torch.Tensor,
+    out: torch.Tensor,
+    num_rows: int,
+    n: int,
+    a_row_div: int,
+    out_row_div: int,
+    block_m: int,
+    weights: str,
+    activations: str,
+    ss: torch.Tensor | None = None,
+    sm: torch.Tensor | None = None,
+) -> None:
+    """The routing-weighted launch of `expert_gemm_kernel` adding its fp32 top-k sums into the caller's `out`
+    `[out rows, n]` (zeros, or sums to add to): no zero fill of its own (`fused_experts`' `into`)."""
+    assert out.dtype == torch.float32 and out.is_contiguous(), "fp32 atomic sums into a contiguous buffer"
+    grid, args, kwargs = expert_gemm_launch(
+        a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows=num_rows, n=n,
+        a_row_div=a_row_div, out_row_div=out_row_div, block_m=block_m, weights=weights, activations=activations,
+        gated=False, super_scales=ss, super_mins=sm,
+    )  # fmt: skip
+    _launch(expert_kernels.expert_gemm_kernel, grid, *args, **kwargs)
+
+
+@_expert_gemm_add_op.register_fake
+def _(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows, n, a_row_div, out_row_div,
+      block_m, weights, activations, ss=None, sm=None):  # fmt: skip
+    return None
 
 
 # -- the first-generation kernel (moe_kernels.dequant_gemm_kernel), kept for A/B timing -----------

@@ -214,29 +214,38 @@ class QuantizedExperts(nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
     ) -> torch.Tensor:
-        return self.forward_sums(hidden_states, top_k_index, top_k_weights, sums=False)
+        if self._runs_fused(hidden_states.device):
+            return self._fused(hidden_states, top_k_index, top_k_weights)
+        return self.forward_loop(hidden_states, top_k_index, top_k_weights)
 
-    def forward_sums(
-        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor, sums: bool = True
-    ) -> torch.Tensor:
-        """`forward`, but on the fused path the fp32 top-k sums before their cast to the activations' dtype
-        (the fused decoder's post_ffn rounds them as the cast would); elsewhere `forward`'s output."""
+    def add_sums_into(
+        self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor,
+        into: torch.Tensor,
+    ) -> torch.Tensor:  # fmt: skip
+        """Add the top-k sums `forward` would round and return into `into` (fp32 `[T, H]`), and return it: the
+        fused decoder's one buffer a step, which its post_ffn rounds and clears (kernels/fused_decoder.py)."""
+        if self._runs_fused(hidden_states.device):
+            return self._fused(hidden_states, top_k_index, top_k_weights, into=into)
+        return into.add_(self.forward_loop(hidden_states, top_k_index, top_k_weights))
+
+    def _runs_fused(self, device: torch.device) -> bool:
         # The kernel computes the GELU-tanh gate itself: any other activation keeps the loop.
         gelu_tanh = type(self.act_fn).__name__ == "GELUTanh"
-        device = hidden_states.device
-        if gelu_tanh and _use_fused(self.backend, device, self._projections()):
-            from ..kernels.fused_moe import fused_experts
+        return gelu_tanh and _use_fused(self.backend, device, self._projections())
 
-            return fused_experts(
-                hidden_states, top_k_index.contiguous(), top_k_weights.contiguous(),
-                gate_up_data=self.gate_up_data, gate_up_scales=self.gate_up_scales, gate_up_mins=self.gate_up_mins,
-                down_data=self.down_data, down_scales=self.down_scales, down_mins=self.down_mins,
-                mode=self.mode, down_mode=self.down_mode,
-                activations=_activation_kind(self.quantize_activations, device, self.mode),
-                down_activations=_activation_kind(self.quantize_activations, device, self.down_mode),
-                gate_up_super=self._super("gate_up"), down_super=self._super("down"), sums=sums,
-            )  # fmt: skip
-        return self.forward_loop(hidden_states, top_k_index, top_k_weights)
+    def _fused(self, hidden_states, top_k_index, top_k_weights, into: torch.Tensor | None = None) -> torch.Tensor:
+        from ..kernels.fused_moe import fused_experts
+
+        device = hidden_states.device
+        return fused_experts(
+            hidden_states, top_k_index.contiguous(), top_k_weights.contiguous(),
+            gate_up_data=self.gate_up_data, gate_up_scales=self.gate_up_scales, gate_up_mins=self.gate_up_mins,
+            down_data=self.down_data, down_scales=self.down_scales, down_mins=self.down_mins,
+            mode=self.mode, down_mode=self.down_mode,
+            activations=_activation_kind(self.quantize_activations, device, self.mode),
+            down_activations=_activation_kind(self.quantize_activations, device, self.down_mode),
+            gate_up_super=self._super("gate_up"), down_super=self._super("down"), into=into,
+        )  # fmt: skip
 
     def activation_groups(self) -> tuple[int, int]:
         """Inputs per activation scale of the w8a8 kernels (gate_up, down): their K step."""

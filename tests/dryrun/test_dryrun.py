@@ -64,16 +64,18 @@ def test_quantized_modes_launch_the_fused_kernels_and_none_launches_only_the_ste
 def test_device_kernels_per_step_are_the_count_derived_by_hand_for_the_tiny_int4_step(tiny_report):
     """The tiny architecture (6 layers: 5 sliding, the last full, whose v is its k) in int4, fused.
 
-    Per layer 14 kernels: q, k and v (or q and k) projections as one dequant-GEMM (their weights stacked),
+    Per layer 13 kernels: q, k and v (or q and k) projections as one dequant-GEMM (their weights stacked),
     attention's inputs (head norms, rotary, the cache and the canvas in one buffer), attention (SDPA, one fused
     kernel), o_proj, the post-attention norms, gate and up with GELU x up as one gated GEMM, down, the router's
-    projection (an unquantized mm) and its top-k, the experts (the routing alignment, gate_up, the zero fill
-    of the down's fp32 sums, down: 4; post_ffn rounds the sums itself), the post-feed-forward norms. Per step 6 before the layers
+    projection (an unquantized mm) and its top-k, the experts (the routing alignment, gate_up, down: 3; the
+    down adds into one fp32 buffer a step, zeroed once, which post_ffn rounds and clears), the
+    post-feed-forward norms. Per step 6 before the layers
     (softmax, the soft embeddings' mm, their norm, the gated gate/up, down, the input) and 3 after (lm_head's
     mm, the sampler, the acceptance). Views, allocations and the SDPA output's reshape (a view of the fused
     kernel's layout) launch nothing. (Before the stacking: 21 a sliding layer, 20 a full one, 8 before; before
-    the alignment ranked pairs by atomics, a stable argsort added 3 a layer; the sums' cast was one more.)"""
-    expected = 6 + 6 * 14 + 3
+    the alignment ranked pairs by atomics, a stable argsort added 3 a layer; the sums' zero fill and cast
+    were 2 more a layer.)"""
+    expected = 6 + 1 + 6 * 13 + 3  # + 1: the sums' buffer zeroed
     runs = [run for run in tiny_report.runs if run.mode == "int4"]
     assert runs
     for run in runs:

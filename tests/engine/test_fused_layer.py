@@ -91,9 +91,10 @@ def test_post_ffn_is_both_branch_norms_their_sum_the_residual_the_layer_scalar_a
     _same(ours[1], following(hidden), dtype)
 
 
-def test_post_ffn_rounds_the_experts_fp32_sums_as_their_cast_would():
+def test_post_ffn_rounds_the_experts_fp32_sums_as_their_cast_would_and_clears_them():
     """The quantized experts hand post_ffn their fp32 top-k sums: the same outputs as the sums cast to bf16 first,
-    bit for bit (on values whose rounding to bf16 is not exact, and with ties to even among them)."""
+    bit for bit (on values whose rounding to bf16 is not exact, and with ties to even among them); asked to, it
+    leaves the sums' buffer zeroed for the next layer's."""
     decoder = _model(torch.bfloat16).model.decoder
     layer, following = decoder.layers[0], decoder.layers[1].input_layernorm
     dense, residual = _rows(40, 64, 3, torch.bfloat16), _rows(40, 64, 5, torch.bfloat16)
@@ -105,7 +106,11 @@ def test_post_ffn_rounds_the_experts_fp32_sums_as_their_cast_would():
     with torch.no_grad():
         cast_first = fused_layer.post_ffn(dense, sums.to(torch.bfloat16), residual, *weights)
         ours = fused_layer.post_ffn(dense, sums, residual, *weights)
-    assert torch.equal(ours[0], cast_first[0]) and torch.equal(ours[1], cast_first[1])
+        assert torch.equal(ours[0], cast_first[0]) and torch.equal(ours[1], cast_first[1])
+        assert sums.abs().sum() > 0  # kept unless asked
+        cleared = fused_layer.post_ffn(dense, sums, residual, *weights, clear_experts=True)
+    assert torch.equal(cleared[0], cast_first[0]) and torch.equal(cleared[1], cast_first[1])
+    assert torch.equal(sums, torch.zeros_like(sums))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -270,7 +275,10 @@ def test_each_kernel_is_a_custom_op_whose_fake_matches_the_launch():
     x, residual, weight = _rows(4, 32, 1, torch.float32), _rows(4, 32, 2, torch.float32), torch.ones(32)
     ops = torch.ops.dgemma
     torch.library.opcheck(ops.post_attention.default, (x, residual, weight, weight, weight, weight, 1e-6, 0.2))
-    torch.library.opcheck(ops.post_ffn.default, (x, x, residual, weight, weight, weight, torch.ones(1), weight, 1e-6))
+    for clear in (False, True):
+        sums = _rows(4, 32, 7, torch.float32)
+        torch.library.opcheck(ops.post_ffn.default, (x, sums, residual, weight, weight, weight, torch.ones(1), weight,
+                                                     1e-6, clear))  # fmt: skip
     torch.library.opcheck(ops.gelu_mul.default, (x, residual))
     torch.library.opcheck(ops.route_top_k.default, (x, torch.ones(32), 4))
     torch.library.opcheck(ops.softmax_rows.default, (x, torch.empty_like(x)))

@@ -439,6 +439,19 @@ def test_expert_gemm_is_a_custom_op_whose_fake_matches_the_kernel(case):
     torch.library.opcheck(torch.ops.dgemma.expert_gemm.default, args, kwargs)
 
 
+def test_expert_gemm_add_is_a_custom_op_that_adds_into_the_callers_sums():
+    """The down launch into the fused decoder's buffer: the same sums `expert_gemm` returns, added to what is there."""
+    cases, *_ = _gemm_cases()
+    args, kwargs = cases["down"]
+    returned = torch.ops.dgemma.expert_gemm(*args, **kwargs)
+    kwargs = {key: value for key, value in kwargs.items() if key not in ("out_rows", "gated")}
+    base = torch.randn(returned.shape, generator=torch.Generator().manual_seed(8))
+    into = base.clone()
+    torch.ops.dgemma.expert_gemm_add(*args, into, **kwargs)
+    torch.testing.assert_close(into, base + returned, **FP32_TOLERANCE)
+    torch.library.opcheck(torch.ops.dgemma.expert_gemm_add.default, (*args, torch.zeros_like(returned)), kwargs)
+
+
 def test_align_routing_is_a_custom_op_whose_fake_matches_the_kernel():
     _, index, *_ = _gemm_cases()
     torch.library.opcheck(torch.ops.dgemma.align_routing.default, (index.view(-1), EXPERTS, 16))

@@ -4,7 +4,7 @@ Triton's interpreter (the numerics tests) never runs Triton's compiler, so a ker
 test and still fail to compile on the card (a construct the interpreter accepts, a type the compiler
 rejects). Triton's wheel carries its CUDA backend and ptxas, so `triton.compile` builds a cubin for a
 named target with no driver: here the fused decoder's and the sampler's kernels for sm_89 (RTX 4090),
-sm_90 (H100/H200) and sm_120 (RTX 5090) at the real model's shapes. Runs in a subprocess: this
+sm_90 (H100/H200) and sm_120 (RTX 5090) at the real model's shapes, and the experts' routing. Runs in a subprocess: this
 session's kernel modules were imported for the interpreter by other test modules.
 """
 
@@ -22,7 +22,7 @@ SCRIPT = r'''
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from dgemma_lsp.engine.kernels import fused_layer as F, fused_sampler as S
+from dgemma_lsp.engine.kernels import fused_layer as F, fused_sampler as S, moe_kernels as M
 
 bf = "*bf16"
 rows = dict(hidden="i32", eps="fp32")
@@ -35,7 +35,11 @@ cases = [
      router_scale_ptr=bf, hidden_out_ptr=bf, mlp_in_ptr=bf, experts_in_ptr=bf, router_in_ptr=bf, **rows,
      router_root="fp32"), dict(BLOCK=4096)),
     (F.post_ffn_kernel, dict(mlp_ptr=bf, experts_ptr=bf, residual_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
-     w_sum_ptr=bf, layer_scalar_ptr=bf, w_next_ptr=bf, hidden_out_ptr=bf, next_in_ptr=bf, **rows), dict(BLOCK=4096)),
+     w_sum_ptr=bf, layer_scalar_ptr=bf, w_next_ptr=bf, hidden_out_ptr=bf, next_in_ptr=bf, **rows),
+     dict(BLOCK=4096, CLEAR_EXPERTS=False)),
+    (F.post_ffn_kernel, dict(mlp_ptr=bf, experts_ptr="*fp32", residual_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
+     w_sum_ptr=bf, layer_scalar_ptr=bf, w_next_ptr=bf, hidden_out_ptr=bf, next_in_ptr=bf, **rows),
+     dict(BLOCK=4096, CLEAR_EXPERTS=True)),  # the quantized experts' fp32 sums, cleared once read
     (F.step_input_kernel, dict(ids_ptr="*i64", embed_ptr=bf, signal_ptr=bf, w_in_ptr=bf, hidden_out_ptr=bf,
      first_in_ptr=bf, hidden="i32", embed_scale="fp32", eps="fp32"), dict(BLOCK=4096)),
     (F.signal_norm_kernel, dict(soft_ptr=bf, mask_ptr="*i1", weight_ptr=bf, out_ptr=bf, hidden="i32",
@@ -53,6 +57,10 @@ cases = [
      canvas_ptr="*i64", draft_ptr="*i64", kept_confidence_ptr="*fp32", finished_ptr="*i1",
      entropy_bound_ptr="*fp32", threshold_ptr="*fp32", seed_ptr="*i64", length="i32", vocab="i32"),
      dict(BLOCK_L=256, BLOCK_J=32)),
+    # the experts' routing at 4 candidates x 256 tokens x top-8, 32-row blocks, 128 experts (atomic ranks)
+    (M.align_routing_kernel, dict(flat_experts_ptr="*i64", sorted_pairs_ptr="*i32", block_experts_ptr="*i32",
+     rows_used_ptr="*i32", scratch_ptr="*i32", num_pairs="i32", num_experts="i32", max_rows="i32",
+     max_blocks="i32"), dict(BLOCK_M=32, P_P2=8192, E_P2=256, ROWS_P2=16384, BLOCKS_P2=512)),
 ]
 for arch in (89, 90, 120):
     for kernel, signature, constexprs in cases:
@@ -68,4 +76,4 @@ def test_the_step_kernels_compile_for_sm89_sm90_and_sm120():
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.count(" ok") == 3 * 11, done.stdout
+    assert done.stdout.count(" ok") == 3 * 13, done.stdout

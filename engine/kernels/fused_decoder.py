@@ -15,6 +15,9 @@ Quantized projections that read one input share a launch (`QuantizedLinear.stack
 weights room): q/k/v are one GEMM, and the MLP's gate and up one gated GEMM with GELU-tanh x up in its
 epilogue, then down: 10 + the experts' launches a layer. Unquantized (bf16) weights keep a launch a
 projection and the GELU x up kernel: 14 + the experts' (13 on full-attention layers, whose v is k).
+Quantized experts add their fp32 top-k sums into one buffer a step (`QuantizedExperts.add_sums_into`,
+zeroed once), which post_ffn rounds as their cast did and clears for the next layer: no zero fill and
+no cast a layer.
 
 What stays transformers': every weight and module (so quantization and the experts' kernels are
 whatever the model holds), the attention mask (`create_diffusion_decoder_attention_mask`, built per

@@ -238,8 +238,6 @@ def kernels_launched(func, args) -> int:
       (`_local_scalar_dense`: a device-to-host memcpy, counted among the syncs, never inside a step);
       a `copy_` of a tensor onto itself; any operator on CPU tensors only.
     - a few: `_MULTI_KERNEL_OPS` (sort, topk), from ATen's CUDA implementations.
-    - 2: `dgemma::expert_gemm` with routing weights (the experts' down: its fp32 top-k sums are zero-filled
-      inside the op, which a fake implementation does not show).
     - 1: everything else, including `dgemma::*` custom ops (one Triton launch each), GEMMs (cuBLAS may
       add a split-K reduction: still counted 1), casts (`_to_copy`), `copy_`, fills (`zeros`,
       `fill_`, `zero_`), `arange`, random draws and host-to-device copies (a memcpy node in a graph).
@@ -257,8 +255,6 @@ def kernels_launched(func, args) -> int:
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
     if func.namespace != "dgemma" and tensors and all(t.device.type == "cpu" for t in tensors):
         return 0
-    if func.namespace == "dgemma" and name == "expert_gemm" and args[7] is not None:
-        return 2  # routing-weighted: the zero fill of its fp32 atomic sums (inside the op, unseen), then the launch
     return _MULTI_KERNEL_OPS.get(name, 1)
 
 
@@ -668,7 +664,6 @@ def run_dryrun(gpus=GPUS, modes=MODES, prompts=PROMPTS, candidates=CANDIDATES, *
             model = load_fake(skeleton, layout, mode)
             del skeleton
             resident = watcher.live_bytes
-            watcher.weights = _storages(list(model.parameters()) + list(model.buffers()))
             log(f"{mode}: loaded on fake CUDA, {resident / 1e9:.2f} GB resident ({time.perf_counter() - loaded:.0f} s)")
             for gpu in where:
                 with virtual_gpu(gpu):

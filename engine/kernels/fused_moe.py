@@ -10,10 +10,11 @@ in with its packed buffers. The kernels and why they are ours:
 the first-generation dequant GEMM kept for A/B timing).
 
 One MoE layer is: one alignment kernel (histogram, block padding, each pair's
-row from an atomic counter per expert: no sort), one gate_up launch (GELU-tanh * up fused, all experts), one down launch (routing
-weight and the top-k sum fused as fp32 atomic adds), a zero fill for those
-sums and a cast (in the fused decoder's step, neither: one buffer a step, which post_ffn rounds and
-clears; `fused_experts`' `into`): 3 Triton launches, `count_launches` counts them. w8a8
+row from an atomic counter per expert: no sort), one gate_up launch (GELU-tanh
+* up fused, all experts), one down launch (routing weight and the top-k sum
+fused as fp32 atomic adds), a zero fill for those sums and a cast (in the fused
+decoder's step neither: one buffer a step, which post_ffn rounds and clears;
+`fused_experts`' `into`): 3 Triton launches, `count_launches` counts them. w8a8
 quantizes activations inside the two GEMM launches: no extra launch. No
 weight is ever dequantized to memory. The atomic top-k sum makes the last
 bits of a CUDA result depend on scheduling order (top_k fp32 adds per element).
@@ -31,8 +32,8 @@ compiles to ~1.5 per weight (`lop3` + `HFMA2.BF16_V2` on pairs, a shift per
 code; bench/device/compile_kernels.py reads it from the cubin), and row
 blocks of ~1.5x an expert's pairs read each expert's weights about once.
 Predicted before any GPU run (2026-11-28, H200, 256 tokens): int4 0.15-0.25
-ms, w8a8 0.25-0.30 ms, of which ~0.03 ms routing (then an argsort and the
-align), zero fill and cast; at 1,024 tokens (64-row blocks, ~half
+ms, w8a8 0.25-0.30 ms, of which ~0.03 ms routing (argsort and align, as it
+was then), zero fill and cast; at 1,024 tokens (64-row blocks, ~half
 the experts read twice) +0.05-0.1 ms. Launches per layer: 3 Triton (align,
 gate_up, down), the fp32 zero fill and the bf16 cast.
 
@@ -327,13 +328,11 @@ def fused_experts(
     down = dict(num_rows=pairs, n=hidden, a_row_div=1, out_row_div=top_k, block_m=routing.block_m,
                 weights=_weight_kind(down_mode, down_mins), activations=down_activations,
                 ss=None if down_super is None else down_super[0], sm=None if down_super is None else down_super[1])
-    route = (routing.sorted_pairs, routing.block_experts, routing.rows_used, top_k_weights)
-    if into is not None:
-        torch.ops.dgemma.expert_gemm_add(gate_up, down_data, down_scales, down_mins, *route, into, **down)
-        return into
-    output = torch.ops.dgemma.expert_gemm(gate_up, down_data, down_scales, down_mins, *route, out_rows=tokens,
-                                          gated=False, **down)  # fmt: skip  # [T, H] fp32: weighted top-k sums
-    return output.to(hidden_states.dtype)
+    sums = hidden_states.new_zeros((tokens, hidden), dtype=torch.float32) if into is None else into
+    torch.ops.dgemma.expert_gemm_add(gate_up, down_data, down_scales, down_mins, routing.sorted_pairs,
+                                     routing.block_experts, routing.rows_used, top_k_weights, sums,
+                                     **down)  # fmt: skip  # [T, H] fp32: weighted top-k sums
+    return into if into is not None else sums.to(hidden_states.dtype)
 
 
 def fused_linear(
@@ -408,13 +407,18 @@ def _expert_gemm_op(
     atomic top-k sums into `out_rows` rows) when `route_weights` is; two-level scales with `ss` (and `sm`,
     affine). Returns out `[out_rows, n]`."""
     out = _gemm_output(a, out_rows, n, route_weights is not None)
-    grid, args, kwargs = expert_gemm_launch(
+    _run_expert_gemm(
         a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows=num_rows, n=n,
         a_row_div=a_row_div, out_row_div=out_row_div, block_m=block_m, weights=weights, activations=activations,
         gated=gated, super_scales=ss, super_mins=sm,
     )  # fmt: skip
-    _launch(expert_kernels.expert_gemm_kernel, grid, *args, **kwargs)
     return out
+
+
+def _run_expert_gemm(*args, **kwargs) -> None:
+    """Launch `expert_gemm_kernel` as `expert_gemm_launch` lays the launch out (both ops' body)."""
+    grid, launch_args, launch_kwargs = expert_gemm_launch(*args, **kwargs)
+    _launch(expert_kernels.expert_gemm_kernel, grid, *launch_args, **launch_kwargs)
 
 
 def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, *, num_rows: int,
@@ -504,12 +508,11 @@ def _expert_gemm_add_op(
     """The routing-weighted launch of `expert_gemm_kernel` adding its fp32 top-k sums into the caller's `out`
     `[out rows, n]` (zeros, or sums to add to): no zero fill of its own (`fused_experts`' `into`)."""
     assert out.dtype == torch.float32 and out.is_contiguous(), "fp32 atomic sums into a contiguous buffer"
-    grid, args, kwargs = expert_gemm_launch(
+    _run_expert_gemm(
         a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows=num_rows, n=n,
         a_row_div=a_row_div, out_row_div=out_row_div, block_m=block_m, weights=weights, activations=activations,
         gated=False, super_scales=ss, super_mins=sm,
     )  # fmt: skip
-    _launch(expert_kernels.expert_gemm_kernel, grid, *args, **kwargs)
 
 
 @_expert_gemm_add_op.register_fake

@@ -10,6 +10,17 @@ specialization of 1-valued and 16-divisible integers and pointers), compiles it 
 spill stack, shared memory, which matrix instruction (HMMA / HGMMA / IMMA / IGMMA / QMMA / QGMMA) and how
 many of its loads are 16 bytes wide. Exits 1 when a launch fails to build, spills, or has no MMA.
 
+It also reads the K loop's machine code (the largest backward branch): its instructions a warp issues per
+iteration, the matrix-op waits inside it (`WARPGROUP.DEPBAR`: a wgmma the warp waits for before going on), and
+from these the **warp instructions per weight** (loop x warps / the weights one iteration covers), and how
+many times each weight is unpacked (once per row block that reads it: the tokens over BLOCK_M for a dense
+launch; for the experts, the blocks of an expert under uniform random top-k routing). Against each card's issue
+rate (SMs x 4 schedulers x boost clock) and its memory bandwidth, `issue/read` is the time to issue the loop's
+instructions for every unpack over the time to read the weights once from memory: above 1 the launch cannot
+reach the weight-read floor even issuing every cycle. A lower bound, not a timing: stalls come on top
+(the first-generation int4 kernel issued 0.50 instructions a weight and ran at ~31% of that bound on an H200;
+bench/RESULTS.md).
+
 Runs on a CPU-only machine (the tests do) and on a lent GPU machine, where it shows what that machine's
 Triton makes of the same launches. Must run without TRITON_INTERPRET (it compiles real kernels).
 """
@@ -51,6 +62,15 @@ VARIANTS = {
 KERNEL_WEIGHTS = {"int4-q4k": "int4-affine", "int8-g32": "int8"}
 """The kernel's weight kind of a layout named here by what it holds (else the name itself)."""
 MMA = re.compile(r"\b([HIQ]G?MMA)\.")
+SASS_LINE = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+BACKWARD = re.compile(r"\bBRA(?:\.\w+)*\s+(?:!?U?P\w+\s*,\s*)?(?:`\(\.L_x_\d+\)\s*)?0x([0-9a-f]+)")
+CARDS = {
+    89: (("RTX 4090", 128, 2.52e9, 1.0e12),),
+    90: (("H100", 132, 1.98e9, 3.35e12), ("H200", 132, 1.98e9, 4.8e12)),
+    120: (("RTX 5090", 170, 2.41e9, 1.8e12),),
+}
+"""Cards per target: (name, SMs, boost clock Hz, memory bandwidth bytes/s), from the vendors' data sheets
+(the bandwidths of bench/dryrun.py's virtual GPUs; the H200 copies at ~4.3 TB/s in practice)."""
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 
@@ -82,7 +102,8 @@ def layer_launches(variant: tuple, tokens: int):
     block_m = fused_moe.block_m_for(pairs, e)
     max_rows, max_blocks = fused_moe._routing_sizes(pairs, e, block_m)
     routing = (meta(max_rows, dtype=torch.int32), meta(max_blocks, dtype=torch.int32), meta(1, dtype=torch.int32))
-    launches = []
+    launches = []  # (name, grid, args, kwargs, bytes a weight in memory with its scales, times each is unpacked)
+    routed_unpacks = uniform_routing_blocks(tokens, top_k, e, block_m)
     for name, a, (weights, activations), n, k, out, route, a_div, out_div in (
         ("gate_up", meta(tokens, hidden), specs[0], width, hidden, meta(pairs, width), None, top_k, 1),
         ("down", meta(pairs, width), specs[1], hidden, width, meta(tokens, hidden, dtype=torch.float32),
@@ -94,18 +115,32 @@ def layer_launches(variant: tuple, tokens: int):
             block_m=block_m, weights=KERNEL_WEIGHTS.get(weights, weights), activations=activations,
             gated=name == "gate_up", super_scales=ss, super_mins=sm,
         )  # fmt: skip
-        launches.append((name, grid, args, kwargs))
+        launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), routed_unpacks))
     hidden_rows = meta(tokens, hidden)
     for name, n in DENSE.items():  # dense: one launch for every token, in the gate_up's form
         gated = name == "mlp"
         w, s, m, ss, sm = packed(specs[0][0], 2 * n if gated else n, hidden, group, 1)
         grid, args, kwargs = fused_moe.expert_gemm_launch(
             hidden_rows, w, s, m, None, None, None, None, meta(tokens, n), num_rows=tokens, n=n, a_row_div=1,
-            out_row_div=1, block_m=fused_moe.dense_block_m(tokens, gated), weights=KERNEL_WEIGHTS.get(specs[0][0], specs[0][0]),
+            out_row_div=1, block_m=fused_moe.dense_block_m(tokens, gated, m is not None), weights=KERNEL_WEIGHTS.get(specs[0][0], specs[0][0]),
             activations=specs[0][1], gated=gated, super_scales=ss, super_mins=sm,
         )  # fmt: skip
-        launches.append((name, grid, args, kwargs))
+        launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), -(-tokens // kwargs["BLOCK_M"])))
     return launches
+
+
+def uniform_routing_blocks(tokens: int, top_k: int, experts: int, block_m: int) -> float:
+    """Row blocks an expert's weights are unpacked for, on average over experts, when each token picks `top_k`
+    distinct experts uniformly at random (seeded; a real router is less even, so more)."""
+    generator = torch.Generator().manual_seed(0)
+    picks = torch.rand(tokens, experts, generator=generator).argsort(dim=1)[:, :top_k]
+    pairs = torch.bincount(picks.flatten(), minlength=experts)
+    return float((-(-pairs // block_m)).sum()) / experts
+
+
+def _bytes_per_weight(data, *scales) -> float:
+    weights = data.numel() * quant_formats.values_per_element("int4" if data.dtype == torch.int16 else "int8")
+    return sum(t.numel() * t.element_size() for t in (data, *scales) if t is not None) / weights
 
 
 def compile_launch(args, kwargs, arch: int):
@@ -139,6 +174,7 @@ def cubin_report(compiled) -> dict:
         os.unlink(file.name)
     registers, stack = (int(v) for v in re.search(r"REG:(\d+) STACK:(\d+)", usage).groups())
     loads = re.findall(r"\b(LDG(?:STS)?\.E[.\w]*)", sass)
+    loop = hot_loop(sass)
     return {
         "registers": registers,
         "stack": stack,
@@ -146,7 +182,30 @@ def cubin_report(compiled) -> dict:
         "mma": dict(collections.Counter(MMA.findall(sass))),
         "wide_loads": sum(".128" in op for op in loads),
         "loads": len(loads),
+        "loop": len(loop),
+        "loop_mma_waits": sum(op.startswith("WARPGROUP.DEPBAR") for op in loop),
     }
+
+
+def hot_loop(sass: str) -> list[str]:
+    """The instructions of the largest loop in `sass` (a backward branch and what it jumps over): the K loop."""
+    instructions = [(int(address, 16), text) for address, text in SASS_LINE.findall(sass)]
+    index = {address: i for i, (address, _) in enumerate(instructions)}
+    best: list[str] = []
+    for i, (address, text) in enumerate(instructions):
+        target = BACKWARD.search(text)
+        if target and int(target.group(1), 16) < address and int(target.group(1), 16) in index:
+            body = [op for _, op in instructions[index[int(target.group(1), 16)]:i + 1]]
+            best = body if len(body) > len(best) else best
+    return [re.sub(r"^@!?U?P\w+\s+", "", op) for op in best]  # without the predicate guard
+
+
+def issue_figures(report: dict, kwargs: dict, bytes_per_weight: float, arch: int) -> tuple[float, dict[str, float]]:
+    """(warp instructions a weight in the K loop, {card: issue time / weight-read time}) of one launch."""
+    weights = kwargs["BLOCK_N"] * kwargs["BLOCK_K"] * (2 if kwargs["GATED"] else 1)  # one K step of the tile
+    per_weight = report["loop"] * kwargs.get("num_warps", 4) / weights
+    return per_weight, {name: (per_weight / (sms * 4 * clock)) / (bytes_per_weight / bandwidth)
+                        for name, sms, clock, bandwidth in CARDS.get(arch, ())}  # fmt: skip
 
 
 def main() -> int:
@@ -164,7 +223,7 @@ def main() -> int:
             for tokens in (int(t) for t in args.tokens.split(",")):
                 with fused_moe.launch_settings(asm=asm):
                     launches = layer_launches(VARIANTS[name], tokens)
-                for launch, grid, launch_args, kwargs in launches:
+                for launch, grid, launch_args, kwargs, bytes_per_weight, unpacks in launches:
                     where = f"sm_{arch} {name:<13} {tokens:>4} tok {launch:<7}"
                     try:
                         report = cubin_report(compile_launch(launch_args, kwargs, arch))
@@ -172,12 +231,17 @@ def main() -> int:
                         failures += 1
                         print(f"{where} FAILED {type(error).__name__}: {str(error)[:300]}", flush=True)
                         continue
-                    bad = report["stack"] > 0 or not report["mma"]
+                    bad = report["stack"] > 0 or not report["mma"] or not report["loop"]
                     failures += bad
+                    per_weight, ratios = issue_figures(report, kwargs, bytes_per_weight, arch)
+                    issue = " ".join(f"{card} {ratio * unpacks:.2f}" for card, ratio in ratios.items())
                     print(f"{where} regs {report['registers']:>3} spill {report['stack']:>3} B smem "
                           f"{report['shared']:>6} B grid {grid[0]:>5} BLOCK_M {kwargs['BLOCK_M']} BLOCK_N "
                           f"{kwargs['BLOCK_N']} swap {kwargs['SWAP']:d} mma {report['mma']} 16-byte loads "
-                          f"{report['wide_loads']}/{report['loads']}{'  FAIL' if bad else ''}", flush=True)  # fmt: skip
+                          f"{report['wide_loads']}/{report['loads']} loop {report['loop']} ({report['loop_mma_waits']} "
+                          f"mma waits) {per_weight:.3f}/weight x {unpacks:.2f} unpacks issue/read {issue}"
+                          f"{'  FAIL' if bad else ''}",
+                          flush=True)  # fmt: skip
     print("compile: PASS" if not failures else f"compile: FAIL ({failures})", flush=True)
     return 1 if failures else 0
 

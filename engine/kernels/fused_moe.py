@@ -123,12 +123,17 @@ def launch_settings(**overrides):
         _SETTINGS.reset(token)
 
 
-def launch_settings_for(n: int, block_m: int) -> LaunchSettings:
+def launch_settings_for(n: int, block_m: int, crowded: bool = False) -> LaunchSettings:
     """The settings a launch uses: the context's overrides over the heuristic.
 
     Heuristic: tokens on the MMA's N side and 64 weight rows per program (one Hopper warpgroup's
-    MMA M); 8 warps from 64-row blocks (4 candidates), where 4 warps spill on sm_89 / sm_120
-    (bench/device/compile_kernels.py). The interpreter's cost grows with tile size: tiny tiles there.
+    MMA M), and 4 warps: the weight tile is the MMA's first operand, unpacked in the registers of the
+    warps that hold its rows, and 64 rows are all 4 warps' (16 each; one warpgroup on sm_90). An 8-warp
+    program splits the tokens between two warp columns that each unpack the whole tile: 1.1-2.3x the
+    K loop's instructions a weight (bench/device/compile_kernels.py, which reads the loop from the
+    cubin). 8 warps only for `crowded` launches (affine int4's mins, 8-bit weights under 16-bit
+    activations) at 64-row blocks, where 4 warps spill on sm_89/90/120. The interpreter's cost grows
+    with tile size: tiny tiles there.
     """
     chosen = _SETTINGS.get() or LaunchSettings()
     block_n = (32 if n >= 32 else _MIN_DOT) if interpreting() else 64
@@ -136,7 +141,7 @@ def launch_settings_for(n: int, block_m: int) -> LaunchSettings:
         block_n=chosen.block_n or block_n,
         swap=True if chosen.swap is None else chosen.swap,
         asm=(not interpreting()) if chosen.asm is None else chosen.asm,
-        num_warps=chosen.num_warps or (8 if block_m >= 64 else 4),
+        num_warps=chosen.num_warps or (8 if crowded and block_m >= 64 else 4),
         num_stages=chosen.num_stages,
     )
 
@@ -354,7 +359,7 @@ def fused_linear(
     in_features = x.shape[-1]
     out_features = data.shape[0] // 2 if gated else data.shape[0]
     rows = x.reshape(-1, in_features)  # [M, K]
-    block_m = dense_block_m(rows.shape[0], gated)
+    block_m = dense_block_m(rows.shape[0], gated, affine=mins is not None)
     output = torch.ops.dgemma.expert_gemm(
         rows, data.unsqueeze(0), scales.unsqueeze(0), None if mins is None else mins.unsqueeze(0), None, None,
         None, None, num_rows=rows.shape[0], out_rows=rows.shape[0], n=out_features, a_row_div=1, out_row_div=1,
@@ -365,10 +370,11 @@ def fused_linear(
     return output.view(*x.shape[:-1], out_features)
 
 
-def dense_block_m(rows: int, gated: bool = False) -> int:
-    """Rows per program of a dense (unrouted) launch: 32 when gated, where 64 spills on sm_120 with Q4_K's
-    two-level scales (bench/device/compile_kernels.py)."""
-    return 16 if rows <= 16 else 32 if gated or interpreting() else 64
+def dense_block_m(rows: int, gated: bool = False, affine: bool = False) -> int:
+    """Rows per program of a dense (unrouted) launch: 64, or 32 for a gated launch of affine int4 (64 spills on
+    sm_90 / sm_120 with Q4_K's two-level scales; bench/device/compile_kernels.py). Each program unpacks its weight
+    tile once for its rows, so at a 256-token canvas 64-row blocks unpack every weight 4 times, 32-row ones 8."""
+    return 16 if rows <= 16 else 32 if (gated and affine) or interpreting() else 64
 
 
 def _weight_kind(mode: str, mins: torch.Tensor | None) -> str:
@@ -449,7 +455,8 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
     else:
         block_k = block_k_for(group)
         assert block_k is not None, f"K={k} with group {group} has no K step >= {_MIN_DOT}"
-    settings = launch_settings_for(n, block_m)
+    crowded = weights == "int4-affine" or (activations == "none" and weights in ("int8", "fp8"))
+    settings = launch_settings_for(n, block_m, crowded)
     assert settings.asm is False or not interpreting(), "the interpreter cannot run inline PTX"
     row_blocks = block_experts.numel() if routed else -(-num_rows // block_m)
     dummy = out  # pointer arguments a launch never reads

@@ -17,8 +17,8 @@ Here one graph replay is the whole step: decoder forward, lm_head, and the
 fused sampler (softcap, temperature, Gumbel-max sample, argmax, entropy,
 confidence, acceptance, renoising, early-stop state) — no fp32 copy of the
 logits and no host sync inside a step. The decoder forward is `fused_decoder`'s
-(norms, rotary, cache append and router in fused kernels: ~21 kernels a layer
-instead of ~150) wherever the model allows it; `fused=False` keeps
+(norms, rotary, cache append and router in fused kernels: 12 kernels a quantized
+layer instead of ~150) wherever the model allows it; `fused=False` keeps
 transformers' decoder (the A/B baseline, `bench step --fused on,off`).
 Without CUDA (`capture=False`) the same step runs eagerly, which is how the
 CPU tests exercise it (the fused kernels then need TRITON_INTERPRET=1).

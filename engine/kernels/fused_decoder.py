@@ -8,13 +8,15 @@ residual adds and layer scalars between them in `fused_layer` kernels. Knows tra
 DiffusionGemma layer structure (5.24) and its StaticCache layout; knows nothing of requests or graphs.
 
 A layer is then: the q/k/v projections, one launch for the head norms, the rotary embedding and
-the key/value buffer, attention, o_proj, one post-attention norm launch, the dense MLP, the router
-projection and its top-k, the experts' own launches, one post-feed-forward norm launch, against ~150
-kernels of transformers' eager layer (`make dryrun`'s deviceKernelsPerStep counts them per step).
-Quantized projections that read one input share a launch (`QuantizedLinear.stack_with`, in the
-weights room): q/k/v are one GEMM, and the MLP's gate and up one gated GEMM with GELU-tanh x up in its
-epilogue, then down: 10 + the experts' launches a layer. Unquantized (bf16) weights keep a launch a
-projection and the GELU x up kernel: 14 + the experts' (13 on full-attention layers, whose v is k).
+the key/value buffer, attention, o_proj, one post-attention norm launch, the dense MLP, one router
+launch (its projection, top-k and weights: `fused_layer.route`, which reads router.proj's weight, a
+bias-free Linear the weights room never quantizes), the experts' own launches, one post-feed-forward
+norm launch, against ~150 kernels of transformers' eager layer (`make dryrun`'s deviceKernelsPerStep
+counts them per step). Quantized projections that read one input share a launch
+(`QuantizedLinear.stack_with`, in the weights room): q/k/v are one GEMM, and the MLP's gate and up one
+gated GEMM with GELU-tanh x up in its epilogue, then down: 9 + the experts' launches a layer.
+Unquantized (bf16) weights keep a launch a projection and the GELU x up kernel: 13 + the experts' (12
+on full-attention layers, whose v is k).
 Quantized experts add their fp32 top-k sums into one buffer a step (`QuantizedExperts.add_sums_into`,
 zeroed once), which post_ffn rounds as their cast did and clears for the next layer: no zero fill and
 no cast a layer.
@@ -57,6 +59,11 @@ def unsupported(model) -> str | None:
         dim = layer.self_attn.head_dim
         if dim & (dim - 1):
             return f"head_dim {dim} is not a power of two"
+        # The route kernel multiplies by router.proj's weight itself: transformers' bias-free Linear, which the
+        # weights room never quantizes (quantization.py keeps router projections in full precision).
+        proj = layer.router.proj
+        if type(proj) is not torch.nn.Linear or proj.bias is not None:
+            return f"router projection {type(proj).__name__} (the route kernel reads a bias-free Linear's weight)"
     return None
 
 
@@ -130,8 +137,9 @@ class FusedDecoder:
                 layer.pre_feedforward_layernorm_2.weight, layer.router.scale, self.eps, layer.router.scalar_root_size,
             )  # fmt: skip
             dense = layer.mlp.down_proj(_gelu_mul(layer.mlp, self.gate_up[index], mlp_in))
-            weights, experts = fused_layer.route_top_k(layer.router.proj(router_in), layer.router.per_expert_scale,
-                                                       self.config.top_k_experts)  # fmt: skip
+            router = layer.router  # its projection, softmax, top-k, renormalisation and per-expert scale: one launch
+            weights, experts = fused_layer.route(router_in, router.proj.weight, router.per_expert_scale,
+                                                 self.config.top_k_experts)  # fmt: skip
             add_sums_into = getattr(layer.experts, "add_sums_into", None)  # QuantizedExperts'
             if add_sums_into is not None:
                 sums = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if sums is None else sums

@@ -1,18 +1,20 @@
-"""Fused kernels for everything in a DiffusionGemma decoder layer outside the experts and the GEMMs.
+"""Fused kernels for everything in a DiffusionGemma decoder layer outside the experts and the projections.
 
 Owns the Triton kernels (and their `dgemma::*` custom ops) that `fused_decoder` chains into a
 denoising step: the sandwich norms with their residual adds and the layer scalar (two launches a
 layer), the q / k / v head norms with the rotary embedding written straight into attention's layout,
-the attention's key/value buffer built from the static cache, GELU-tanh x up, the router's softmax +
-top-k + renormalisation + per-expert scale, and, at the step's edges, the embedding + self-conditioning
-input and the row softmax of the self-conditioning logits. Knows the arithmetic of transformers'
-DiffusionGemma modules (5.24) and nothing of caches, graphs or requests.
+the attention's key/value buffer built from the static cache, GELU-tanh x up, the router (its small
+projection, softmax, top-k, renormalisation and per-expert scale in one launch), and, at the step's
+edges, the embedding + self-conditioning input and the row softmax of the self-conditioning logits.
+Knows the arithmetic of transformers' DiffusionGemma modules (5.24) and nothing of caches, graphs or
+requests.
 
 Numerics: each kernel computes in fp32 and rounds to the activations' dtype at exactly the points
 where transformers' eager code produces a tensor of that dtype (after each RMSNorm, each add, each
-product with a bf16 weight, the rotary's two products and their sum), so a bf16 step differs from
-transformers' only by the order of fp32 reductions (a norm's mean, a softmax's sum). Each kernel is
-tested against an fp32 reference in Triton's interpreter on CPU (tests/engine/test_fused_layer.py).
+product with a bf16 weight, the rotary's two products and their sum, the router's scores), so a bf16
+step differs from transformers' only by the order of fp32 reductions (a norm's mean, a softmax's
+sum, the router projection's dot products). Each kernel is tested against an fp32 reference in
+Triton's interpreter on CPU (tests/engine/test_fused_layer.py).
 
 Why our own kernels and not a library's: Liger-Kernel (BSD-2, pure Triton, read at 0.8.5) has one
 RMSNorm per launch and a pre-norm `residual + x -> norm` fused add; Gemma 4's layer is post-norm
@@ -351,34 +353,60 @@ def gelu_mul_kernel(gate_ptr, up_ptr, out_ptr, count, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def route_top_k_kernel(
-    scores_ptr,  # [T, E] router.proj output
+def route_kernel(
+    x_ptr,  # [T, H] the router projection's input (post_attention's router_in)
+    proj_ptr,  # [E, H] router.proj.weight, the input's dtype
     expert_scale_ptr,  # [E] router.per_expert_scale
     weights_out_ptr,  # out [T, K] fp32
     index_out_ptr,  # out [T, K] int64
+    rows,
+    hidden,
     experts,
     K: tl.constexpr,
-    BLOCK_E: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_E: tl.constexpr,  # experts rounded up to a power of two >= 16 (tl.dot's least width)
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (a GPU's default is tf32)
+    DOT_FP32: tl.constexpr,  # operands in fp32 (the interpreter's bf16 dot is wrong; bf16 products are exact in fp32)
 ):
-    row = tl.program_id(0).to(tl.int64)
+    """transformers' DiffusionGemmaTextRouter from its projection on, for BLOCK_M rows: the weight is read once
+    per BLOCK_M rows, and the scores never leave the program."""
+    row_ids = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_valid = row_ids < rows
     ids = tl.arange(0, BLOCK_E)
     valid = ids < experts
-    scores = tl.load(scores_ptr + row * experts + ids, mask=valid, other=-float("inf")).to(tl.float32)
-    weights = tl.exp(scores - tl.max(scores, 0))
-    probabilities = tl.div_rn(weights, tl.sum(weights, 0))  # softmax in fp32, as transformers' router
-    slots = tl.arange(0, K)
-    chosen = tl.zeros([K], dtype=tl.float32)
-    chosen_ids = tl.zeros([K], dtype=tl.int32)
-    remaining = tl.where(valid, probabilities, -1.0)
-    for slot in range(K):  # top-k, largest first (torch.topk's order); the lowest id wins a tie
-        best, best_id = tl.max(remaining, 0, return_indices=True, return_indices_tie_break_left=True)
-        chosen = tl.where(slots == slot, best, chosen)
-        chosen_ids = tl.where(slots == slot, best_id, chosen_ids)
-        remaining = tl.where(ids == best_id, -1.0, remaining)
-    chosen = tl.div_rn(chosen, tl.sum(chosen, 0))
+    dtype = x_ptr.dtype.element_ty
+    scores = tl.zeros([BLOCK_M, BLOCK_E], dtype=tl.float32)
+    for start in range(0, hidden, BLOCK_H):
+        cols = start + tl.arange(0, BLOCK_H)
+        col_valid = cols < hidden
+        x = tl.load(x_ptr + row_ids[:, None] * hidden + cols[None, :], mask=row_valid[:, None] & col_valid[None, :],
+                    other=0.0)  # fmt: skip  # [BLOCK_M, BLOCK_H]
+        w = tl.load(proj_ptr + ids[None, :].to(tl.int64) * hidden + cols[:, None],
+                    mask=valid[None, :] & col_valid[:, None], other=0.0)  # fmt: skip  # [BLOCK_H, BLOCK_E]: weight^T
+        if DOT_FP32:
+            x, w = x.to(tl.float32), w.to(tl.float32)
+        scores = tl.dot(x, w, scores, input_precision=DOT_PRECISION)
+    # router.proj's output is a tensor of the input's dtype (the GEMM's fp32 sums rounded once): the softmax's input
+    scores = tl.where(valid[None, :], _round(scores, dtype), -float("inf"))
+    weights = tl.exp(scores - tl.max(scores, 1)[:, None])
+    probabilities = tl.div_rn(weights, tl.sum(weights, 1)[:, None])  # softmax in fp32, as transformers' router
+    slots = tl.arange(0, K)[None, :]
+    chosen = tl.zeros([BLOCK_M, K], dtype=tl.float32)
+    chosen_ids = tl.zeros([BLOCK_M, K], dtype=tl.int32)
+    remaining = tl.where(valid[None, :], probabilities, -1.0)
+    # Top-k, largest first; among equal probabilities the lowest id first: the experts CUDA's torch.topk picks
+    # (of values tied at the k-th it keeps the first seen), in one fixed order where it leaves ties unordered.
+    for slot in range(K):
+        best, best_id = tl.max(remaining, 1, return_indices=True, return_indices_tie_break_left=True)
+        chosen = tl.where(slots == slot, best[:, None], chosen)
+        chosen_ids = tl.where(slots == slot, best_id[:, None], chosen_ids)
+        remaining = tl.where(ids[None, :] == best_id[:, None], -1.0, remaining)
+    chosen = tl.div_rn(chosen, tl.sum(chosen, 1)[:, None])
     chosen = chosen * tl.load(expert_scale_ptr + chosen_ids).to(tl.float32)
-    tl.store(weights_out_ptr + row * K + slots, chosen)
-    tl.store(index_out_ptr + row * K + slots, chosen_ids.to(tl.int64))
+    offsets = row_ids[:, None] * K + slots
+    tl.store(weights_out_ptr + offsets, chosen, mask=row_valid[:, None])
+    tl.store(index_out_ptr + offsets, chosen_ids.to(tl.int64), mask=row_valid[:, None])
 
 
 @triton.jit
@@ -547,24 +575,36 @@ def _(gate, up):
     return torch.empty_like(gate)
 
 
-@torch.library.custom_op("dgemma::route_top_k", mutates_args=())
-def route_top_k(scores: torch.Tensor, expert_scale: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """transformers' DiffusionGemmaTextRouter after its projection: (weights `[T, K]` fp32, experts `[T, K]` int64)."""
-    rows, experts = scores.shape
-    assert top_k & (top_k - 1) == 0, "tl.arange needs a power-of-two top_k"
-    weights, index = _routes(scores, top_k)
-    route_top_k_kernel[(rows,)](scores, expert_scale, weights, index, experts, K=top_k, BLOCK_E=_block(experts))
+@torch.library.custom_op("dgemma::route", mutates_args=())
+def route(
+    x: torch.Tensor, proj_weight: torch.Tensor, expert_scale: torch.Tensor, top_k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """transformers' DiffusionGemmaTextRouter from its projection (`router.proj`, a Linear without bias, weight
+    `[E, H]`) on, for x `[T, H]`: (weights `[T, K]` fp32, experts `[T, K]` int64), in one launch."""
+    assert x.is_contiguous() and proj_weight.is_contiguous(), "rows of one layout"
+    assert proj_weight.dtype == x.dtype, "router.proj's weight in the input's dtype, as nn.Linear needs"
+    rows, hidden = x.shape
+    experts = proj_weight.shape[0]
+    assert top_k & (top_k - 1) == 0 and top_k <= experts, "tl.arange needs a power-of-two top_k, of the experts"
+    weights, index = _routes(x, top_k)
+    block_m = 16  # the weight (720 KB at full size) is read once per 16 rows; 16 is tl.dot's least M
+    interpreting = _interpreting()
+    route_kernel[(triton.cdiv(rows, block_m),)](
+        x, proj_weight, expert_scale, weights, index, rows, hidden, experts, K=top_k, BLOCK_M=block_m,
+        BLOCK_H=64, BLOCK_E=max(16, _block(experts)),
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 or interpreting else "tf32", DOT_FP32=interpreting,
+    )  # fmt: skip
     return weights, index
 
 
-@route_top_k.register_fake
-def _(scores, expert_scale, top_k):
-    return _routes(scores, top_k)
+@route.register_fake
+def _(x, proj_weight, expert_scale, top_k):
+    return _routes(x, top_k)
 
 
-def _routes(scores: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = scores.shape[0]
-    return (scores.new_empty((rows, top_k), dtype=torch.float32), scores.new_empty((rows, top_k), dtype=torch.int64))
+def _routes(x: torch.Tensor, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = x.shape[0]
+    return (x.new_empty((rows, top_k), dtype=torch.float32), x.new_empty((rows, top_k), dtype=torch.int64))
 
 
 @torch.library.custom_op("dgemma::softmax_rows", mutates_args=("out",))

@@ -50,8 +50,8 @@ def test_every_virtual_gpu_and_mode_runs_without_mismatch_or_sync_inside_a_step(
 def test_quantized_modes_launch_the_fused_kernels_and_none_launches_only_the_step_kernels(tiny_report):
     layers = TINY.text_overrides["num_hidden_layers"]
     # The fused decoder's own launches (fused_layer, fused_sampler): per layer attention's inputs, the
-    # two norm launches, GELU x up and the router's top-k; per step the self-conditioning softmax, its
-    # norm, its GELU x up, the input, the sampler and the acceptance.
+    # two norm launches, GELU x up and the router (projection and top-k in one); per step the
+    # self-conditioning softmax, its norm, its GELU x up, the input, the sampler and the acceptance.
     step_kernels = 5 * layers + 6
     for run in tiny_report.runs:
         if run.mode == "none":
@@ -64,18 +64,18 @@ def test_quantized_modes_launch_the_fused_kernels_and_none_launches_only_the_ste
 def test_device_kernels_per_step_are_the_count_derived_by_hand_for_the_tiny_int4_step(tiny_report):
     """The tiny architecture (6 layers: 5 sliding, the last full, whose v is its k) in int4, fused.
 
-    Per layer 13 kernels: q, k and v (or q and k) projections as one dequant-GEMM (their weights stacked),
+    Per layer 12 kernels: q, k and v (or q and k) projections as one dequant-GEMM (their weights stacked),
     attention's inputs (head norms, rotary, the cache and the canvas in one buffer), attention (SDPA, one fused
-    kernel), o_proj, the post-attention norms, gate and up with GELU x up as one gated GEMM, down, the router's
-    projection (an unquantized mm) and its top-k, the experts (the routing alignment, gate_up, down: 3; the
-    down adds into one fp32 buffer a step, zeroed once, which post_ffn rounds and clears), the
+    kernel), o_proj, the post-attention norms, gate and up with GELU x up as one gated GEMM, down, the router
+    (its unquantized projection and its top-k in one launch), the experts (the routing alignment, gate_up,
+    down: 3; the down adds into one fp32 buffer a step, zeroed once, which post_ffn rounds and clears), the
     post-feed-forward norms. Per step 6 before the layers
     (softmax, the soft embeddings' mm, their norm, the gated gate/up, down, the input) and 3 after (lm_head's
     mm, the sampler, the acceptance). Views, allocations and the SDPA output's reshape (a view of the fused
     kernel's layout) launch nothing. (Before the stacking: 21 a sliding layer, 20 a full one, 8 before; before
     the alignment ranked pairs by atomics, a stable argsort added 3 a layer; the sums' zero fill and cast
-    were 2 more a layer.)"""
-    expected = 6 + 1 + 6 * 13 + 3  # + 1: the sums' buffer zeroed
+    were 2 more a layer; the router's projection was an mm of its own, 1 more a layer: 88.)"""
+    expected = 6 + 1 + 6 * 12 + 3  # + 1: the sums' buffer zeroed
     runs = [run for run in tiny_report.runs if run.mode == "int4"]
     assert runs
     for run in runs:

@@ -3,14 +3,15 @@
 Proves, kernel by kernel: with fp32 activations each matches its fp32 reference (transformers'
 modules in fp32) to fp32 rounding; with bf16 activations the norm, rotary and copy kernels give
 transformers' bf16 tensors bit for bit (they round where transformers stores a tensor, to nearest
-even, which Triton's interpreter does not do for a plain cast); the router's top-k picks the same
-experts with the same weights; the whole fused decoder forward gives transformers' decoder output
-bit for bit in bf16, below and beyond the sliding window, for two candidates one of which has no
-self-conditioning yet.
+even, which Triton's interpreter does not do for a plain cast); the router (its projection and top-k
+in one launch) picks the same experts with the same weights; the whole fused decoder forward gives
+transformers' decoder output bit for bit in bf16, below and beyond the sliding window, for two
+candidates one of which has no self-conditioning yet, with one operator a layer for the router.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported: their decorator reads it
@@ -180,16 +181,53 @@ def test_gelu_mul_is_the_mlps_activation_times_up(dtype):
         torch.testing.assert_close(ours, theirs, rtol=8e-3, atol=1e-5)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_route_top_k_picks_transformers_experts_and_weights(dtype):
-    router = _model(dtype).model.decoder.layers[0].router
-    x = _rows(40, 64, 12, dtype)
+def _router(dtype, full_size: bool):
+    """Layer 0's router of the tiny model (4 experts, top-2, hidden 64), or one at the real model's router shape
+    (128 experts, top-8, hidden 2,816) with random weights, as bench/moe.py builds it."""
+    model = _model(dtype)
+    router = model.model.decoder.layers[0].router
+    if not full_size:
+        return router
+    config = copy.deepcopy(model.config.get_text_config(decoder=True))
+    config.hidden_size, config.num_experts, config.top_k_experts = 2816, 128, 8
+    router = type(router)(config).to(dtype).eval()
+    generator = torch.Generator().manual_seed(16)
     with torch.no_grad():
-        _, weights, experts = router(x)
-        scores = router.proj(router.norm(x) * router.scale * router.scalar_root_size)
-        ours = fused_layer.route_top_k(scores, router.per_expert_scale, weights.shape[-1])
-    assert torch.equal(ours[1], experts)
-    torch.testing.assert_close(ours[0], weights, rtol=1e-6, atol=1e-7)
+        router.proj.weight.copy_(torch.randn(router.proj.weight.shape, generator=generator) * 0.02)
+        router.scale.copy_(torch.rand(router.scale.shape, generator=generator) * 2)
+        router.per_expert_scale.copy_(torch.rand(router.per_expert_scale.shape, generator=generator) * 2)
+    return router
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("full_size", "rows"), [(False, 40), (False, 1), (True, 40)])  # 40, 1: not a 16-row block
+def test_route_picks_transformers_experts_and_weights(dtype, full_size, rows):
+    """The projection, softmax, top-k, renormalisation and per-expert scale in one launch: transformers' router's
+    experts and its weights to fp32 rounding (the scores rounded to the activations' dtype as its Linear's output
+    is: a bf16 ulp off would move a weight by 0.4%).
+
+    Ties: equal bf16 scores are common among 128 experts. On a GPU torch.topk takes the lowest ids among the
+    values tied at the k-th (its gather keeps the first seen) and leaves the order within ties unspecified; the
+    kernel keeps the lowest id first, which a stable sort of transformers' probabilities gives. torch.topk on CPU
+    (the reference here) breaks ties its own way: compared per expert, and its choice only where the k-th is not
+    tied with the next."""
+    router = _router(dtype, full_size)
+    x = _rows(rows, router.proj.in_features, 12, dtype)
+    with torch.no_grad():
+        probabilities, weights, experts = router(x)
+        router_in = router.norm(x) * router.scale * router.scalar_root_size  # post_attention's router_in
+        ours = fused_layer.route(router_in, router.proj.weight, router.per_expert_scale, weights.shape[-1])
+    top_k = weights.shape[-1]
+    ranked = probabilities.sort(dim=-1, descending=True, stable=True)
+    assert torch.equal(ours[1], ranked.indices[:, :top_k])
+    boundary_tie = ranked.values[:, top_k - 1] == ranked.values[:, top_k]
+    by_id, theirs_by_id = ours[1].sort(dim=-1), experts.sort(dim=-1)
+    same = (by_id.values == theirs_by_id.values).all(dim=-1)
+    assert torch.equal(same | boundary_tie, torch.ones_like(same)), "a different choice without a tie"
+    torch.testing.assert_close(ours[0].gather(1, by_id.indices)[same], weights.gather(1, theirs_by_id.indices)[same],
+                               rtol=1e-6, atol=1e-7)  # fmt: skip
+    if full_size and dtype == torch.bfloat16:  # the ties this is about: inside the top k, and at the k-th
+        assert (ranked.values[:, 1:top_k] == ranked.values[:, : top_k - 1]).any() and boundary_tie.any()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -237,6 +275,40 @@ def test_the_fused_decoder_gives_transformers_decoder_output_bit_for_bit_in_bf16
     assert torch.equal(ours.view(expected.shape), expected)
 
 
+def test_each_layers_router_is_one_operator_that_reads_the_projection_weight():
+    """The router's projection and its top-k are one launch a layer (`dgemma::route`), not a GEMM and then a
+    top-k: the only operator of a fused step that reads a layer's router weight is that layer's route."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    model = build_tiny_model().to(torch.bfloat16).eval()
+    layers = model.model.decoder.layers
+    owner = {layer.router.proj.weight.untyped_storage().data_ptr(): index for index, layer in enumerate(layers)}
+
+    class RouterReads(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reads: list[tuple[int, str]] = []  # (layer, operator), views left out: they launch nothing
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:
+                for leaf in tree_leaves((args, kwargs)):
+                    if isinstance(leaf, torch.Tensor) and leaf.untyped_storage().data_ptr() in owner:
+                        self.reads.append((owner[leaf.untyped_storage().data_ptr()], str(func)))
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad():
+        canvas, logits, mask, cache, masks, positions = _decoder_inputs(model, 40, torch.bfloat16)
+        fused = FusedDecoder(model)
+        rotary = fused.rotary(positions, torch.bfloat16)
+        with RouterReads() as watcher:
+            fused.forward(canvas, logits, mask, cache, dict(masks), rotary)
+    assert watcher.reads == [(index, "dgemma.route.default") for index in range(len(layers))]
+    proj = layers[0].router.proj
+    proj.bias = torch.nn.Parameter(torch.zeros(proj.out_features, dtype=torch.bfloat16))  # the kernel adds none
+    assert unsupported(model) is not None
+
+
 @pytest.mark.parametrize("mode", ["int4", "int8"])
 def test_quantized_projections_of_one_input_share_a_launch_and_give_transformers_output(mode):
     """q / k / v one GEMM, gate and up one gated GEMM (and the self-conditioning MLP's): each layer launches
@@ -280,7 +352,8 @@ def test_each_kernel_is_a_custom_op_whose_fake_matches_the_launch():
         torch.library.opcheck(ops.post_ffn.default, (x, sums, residual, weight, weight, weight, torch.ones(1), weight,
                                                      1e-6, clear))  # fmt: skip
     torch.library.opcheck(ops.gelu_mul.default, (x, residual))
-    torch.library.opcheck(ops.route_top_k.default, (x, torch.ones(32), 4))
+    proj = _rows(20, 32, 8, torch.float32)  # router.proj.weight [E, H]: 20 experts, padded to 32 in the kernel
+    torch.library.opcheck(ops.route.default, (_rows(20, 32, 9, torch.float32), proj, torch.rand(20) + 0.5, 4))
     torch.library.opcheck(ops.softmax_rows.default, (x, torch.empty_like(x)))
     keys = _rows(2 * 8, 16, 3, torch.float32).view(1, 2, 8, 16)  # cache [B, Hkv, M, D]; 4 tokens, 4 q heads
     table = _rows(4, 16, 4, torch.float32)

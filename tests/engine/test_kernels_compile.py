@@ -47,8 +47,12 @@ cases = [
     (F.attention_inputs_kernel, attention, dict(D=256, REPEAT=2, BLOCK_P=16, HEADS=16, KV_HEADS=8)),  # sliding
     (F.attention_inputs_kernel, attention, dict(D=512, REPEAT=8, BLOCK_P=16, HEADS=16, KV_HEADS=2)),  # full
     (F.gelu_mul_kernel, dict(gate_ptr=bf, up_ptr=bf, out_ptr=bf, count="i32"), dict(BLOCK=1024)),
-    (F.route_top_k_kernel, dict(scores_ptr=bf, expert_scale_ptr=bf, weights_out_ptr="*fp32", index_out_ptr="*i64",
-     experts="i32"), dict(K=8, BLOCK_E=128)),
+    (F.route_kernel, dict(x_ptr=bf, proj_ptr=bf, expert_scale_ptr=bf, weights_out_ptr="*fp32", index_out_ptr="*i64",
+     rows="i32", hidden="i32", experts="i32"),
+     dict(K=8, BLOCK_M=16, BLOCK_H=64, BLOCK_E=128, DOT_PRECISION="tf32", DOT_FP32=False)),  # H 2,816, E 128
+    (F.route_kernel, dict(x_ptr="*fp32", proj_ptr="*fp32", expert_scale_ptr="*fp32", weights_out_ptr="*fp32",
+     index_out_ptr="*i64", rows="i32", hidden="i32", experts="i32"),
+     dict(K=8, BLOCK_M=16, BLOCK_H=64, BLOCK_E=128, DOT_PRECISION="ieee", DOT_FP32=False)),  # an fp32 model
     (F.softmax_rows_kernel, dict(logits_ptr=bf, out_ptr=bf, vocab="i32"), dict(BLOCK_V=4096)),
     (S.sample_logits_kernel, dict(logits_ptr=bf, scaled_ptr=bf, inv_temperature_ptr="*fp32", seed_ptr="*i64",
      sample_ptr="*i64", argmax_ptr="*i64", entropy_ptr="*fp32", confidence_ptr="*fp32", vocab="i32",
@@ -76,4 +80,4 @@ def test_the_step_kernels_compile_for_sm89_sm90_and_sm120():
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.count(" ok") == 3 * 13, done.stdout
+    assert done.stdout.count(" ok") == 3 * 14, done.stdout

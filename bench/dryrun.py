@@ -19,8 +19,9 @@ raises them), host syncs (a device value read on the host, a device-to-host
 copy, an operator whose output shape depends on device data), operators and
 custom-kernel launches (`dgemma::*` ops, one Triton launch each) per step, the
 device kernels a step launches (`kernels_launched`: views, allocations and metadata
-launch none), the bytes of live fake CUDA storages (peak against the card), and the weight and
-cache bytes one step reads (the bandwidth floor). `torch.cuda.get_device_capability`
+launch none), the bytes of live fake CUDA storages (peak against the card), the weight and
+cache bytes one step reads (the bandwidth floor), and the matrix products' FLOPs a step does by operand
+kind (`matmul_flops`: the compute floor at the card's tensor-core rate). `torch.cuda.get_device_capability`
 gets each virtual GPU's answer; nothing else of the CUDA runtime is touched
 (patching `is_available` reaches the real runtime and aborts the process).
 
@@ -97,12 +98,15 @@ class VirtualGpu(msgspec.Struct, frozen=True, rename="camel"):
     capability: tuple[int, int]
     memory_bytes: int
     bandwidth_bytes_per_s: float
+    tensor_flops_per_s: dict[str, float]
+    """Dense tensor-core rate by operand kind (`matmul_flops`), with fp32 accumulation (int32 for int8)."""
 
 
 GPUS = (
-    VirtualGpu("RTX 4090", (8, 9), 24 * GIB, 1.0e12),
-    VirtualGpu("RTX 5090", (12, 0), 32 * GIB, 1.8e12),
-    VirtualGpu("H100", (9, 0), 80 * GIB, 3.35e12),
+    # Ada and GeForce Blackwell data sheets: fp32-accumulate rates are half the fp16-accumulate ones.
+    VirtualGpu("RTX 4090", (8, 9), 24 * GIB, 1.0e12, {"bf16": 165.2e12, "fp8": 330.3e12, "int8": 660.6e12}),
+    VirtualGpu("RTX 5090", (12, 0), 32 * GIB, 1.8e12, {"bf16": 209.5e12, "fp8": 419.0e12, "int8": 838.0e12}),
+    VirtualGpu("H100", (9, 0), 80 * GIB, 3.35e12, {"bf16": 989.4e12, "fp8": 1978.9e12, "int8": 1978.9e12}),
 )
 
 
@@ -148,6 +152,13 @@ class RunFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     floor_ms_per_step: float
     """weight_bytes_per_step at the card's bandwidth."""
     floor_with_cache_ms_per_step: float
+    matmul_flops_per_step: dict[str, int] = {}
+    """The step's matrix-product FLOPs (2 a multiply-add) by operand kind (`matmul_flops`)."""
+    matmul_flops_by_op: dict[str, int] = {}
+    """The same by operator; our GEMM's launches split into the experts' (routed) and the dense projections'."""
+    compute_floor_ms_per_step: float = 0.0
+    """matmul_flops_per_step at the card's tensor-core rates: a step takes at least the larger of this and
+    floor_with_cache_ms_per_step."""
     error: str | None = None
     """The exception that stopped the request, if one did."""
 
@@ -204,6 +215,12 @@ class _StepFigures(msgspec.Struct):
     syncs: int = 0
     weight_bytes: int = 0
     cache_bytes: int = 0
+    flops: dict[str, int] = msgspec.field(default_factory=dict)
+    flops_by_op: dict[str, int] = msgspec.field(default_factory=dict)
+
+    def add_flops(self, kind: str, flops: int, op: str) -> None:
+        self.flops[kind] = self.flops.get(kind, 0) + flops
+        self.flops_by_op[op] = self.flops_by_op.get(op, 0) + flops
 
 
 # Kernels per operator on CUDA, read in ATen's CUDA implementations (torch 2.13), for the operators a
@@ -256,6 +273,33 @@ def kernels_launched(func, args) -> int:
     if func.namespace != "dgemma" and tensors and all(t.device.type == "cpu" for t in tensors):
         return 0
     return _MULTI_KERNEL_OPS.get(name, 1)
+
+
+def matmul_flops(func, args, kwargs) -> tuple[str, int, str]:
+    """(operand kind, FLOPs, what) of a matrix-product operator, 2 a multiply-add; ("", 0, "") for anything else.
+
+    aten's mm / addmm / bmm / baddbmm (bf16: the self-conditioning GEMM, lm_head, the dense projections where
+    transformers runs them) and `_grouped_mm` (transformers' experts, every row a (token, expert) pair), and our `dgemma::*` GEMMs: `expert_gemm` / `expert_gemm_add` (routed rows are
+    (token, expert) pairs, so the padding of the experts' row blocks is not counted; gated launches compute gate
+    and up; "int8" / "fp8" when the activations are quantized into the MMA, else "bf16") and `route` (the
+    router's projection). Attention is counted where SDPA is answered (`_make_function_mode`).
+    """
+    name = func._overloadpacket.__name__
+    if func.namespace == "aten" and name in ("mm", "bmm", "addmm", "baddbmm"):
+        a, b = args[-2:] if name in ("addmm", "baddbmm") else args[:2]
+        return "bf16", 2 * a.numel() * b.shape[-1], f"aten::{name}"  # [.., M, K] x [.., K, N]
+    if func.namespace == "aten" and name == "_grouped_mm":  # transformers' experts: rows [P, K] x [E, K, N] by offsets
+        return "bf16", 2 * args[0].numel() * args[1].shape[-1], "experts (aten::_grouped_mm)"
+    if func.namespace != "dgemma" or name not in ("expert_gemm", "expert_gemm_add", "route"):
+        return "", 0, ""
+    bound = dict(zip((argument.name for argument in func._schema.arguments), args, strict=False))  # then kwargs
+    bound.update(kwargs)
+    if name == "route":
+        x, proj = bound["x"], bound["proj_weight"]
+        return "bf16", 2 * x.shape[0] * x.shape[1] * proj.shape[0], "dgemma::route"
+    kind = "bf16" if bound["activations"] == "none" else bound["activations"]
+    flops = 2 * bound["num_rows"] * bound["n"] * bound["a"].shape[1] * (2 if bound.get("gated") else 1)
+    return kind, flops, "experts (dgemma::expert_gemm)" if bound["sorted_pairs"] is not None else "dense (dgemma::expert_gemm)"
 
 
 def _make_watcher():
@@ -361,6 +405,9 @@ def _make_watcher():
                     self.step.kernels += kernels
                     name = f"{func.namespace}::{func._overloadpacket.__name__}"
                     self.step.kernels_by_op[name] = self.step.kernels_by_op.get(name, 0) + kernels
+                kind, flops, label = matmul_flops(func, args, kwargs)
+                if flops:
+                    self.step.add_flops(kind, flops, label)
                 self._reads(func, args)
             if func is scalar_read:
                 # A value the fake world cannot know: reading a CUDA one stalls the host (a sync);
@@ -410,8 +457,14 @@ def _make_function_mode(watcher):
                 # output; on fake CUDA tensors it would decompose into the math fallback, with fp32
                 # copies of q/k/v and the whole score matrix. Account it as the fused kernel.
                 query, value = args[0], args[2] if len(args) > 2 else kwargs["value"]
+                key = args[1] if len(args) > 1 else kwargs["key"]
                 watcher.fused_attention += 1
                 if watcher.step is not None:
+                    # q k^T and the weights times v over every key in the buffer (the fused kernels skip no
+                    # masked work at these lengths): 2 FLOPs a multiply-add, per query row per key
+                    rows = query.numel() // query.shape[-1]
+                    watcher.step.add_flops("bf16", 2 * rows * key.shape[-2] * (query.shape[-1] + value.shape[-1]),
+                                           "sdpa (fused)")
                     watcher.step.kernels += 1
                     by_op = watcher.step.kernels_by_op
                     by_op["sdpa (fused)"] = by_op.get("sdpa (fused)", 0) + 1
@@ -606,6 +659,9 @@ def run_request(model, watcher, gpu: VirtualGpu, mode: str, prompt_tokens: int, 
         weight_bytes_per_step=last.weight_bytes, cache_bytes_per_step=last.cache_bytes,
         floor_ms_per_step=round(last.weight_bytes / gpu.bandwidth_bytes_per_s * 1000, 2),
         floor_with_cache_ms_per_step=round((last.weight_bytes + last.cache_bytes) / gpu.bandwidth_bytes_per_s * 1000, 2),
+        matmul_flops_per_step=dict(last.flops),
+        matmul_flops_by_op=dict(sorted(last.flops_by_op.items(), key=lambda kv: -kv[1])),
+        compute_floor_ms_per_step=round(sum(f / gpu.tensor_flops_per_s[k] for k, f in last.flops.items()) * 1000, 2),
         error=error,
     )  # fmt: skip
 
@@ -754,7 +810,9 @@ def _describe(run: RunFigure) -> str:
             f"mismatches {run.device_mismatches}, syncs/step {run.host_syncs_per_step}, "
             f"syncs/canvas {run.host_syncs_per_canvas}, ops/step {run.ops_per_step}, kernels/step {run.device_kernels_per_step}, "
             f"launches/step {run.custom_kernel_launches_per_step}, peak {run.peak_bytes / 1e9:.2f} GB at {run.peak_site}, "
-            f"weights/step {run.weight_bytes_per_step / 1e9:.2f} GB, floor {run.floor_ms_per_step:.2f} ms")  # fmt: skip
+            f"weights/step {run.weight_bytes_per_step / 1e9:.2f} GB, floor {run.floor_ms_per_step:.2f} ms, "
+            f"matmul {sum(run.matmul_flops_per_step.values()) / 1e12:.2f} TFLOP, compute floor "
+            f"{run.compute_floor_ms_per_step:.2f} ms")  # fmt: skip
     return text + (f"  ERROR {run.error}" if run.error else "")
 
 
@@ -764,7 +822,8 @@ def format_table(report: DryRunReport) -> str:
         f"virtual-GPU dry run (torch {report.torch_version}, fake CUDA tensors); vLLM anchor "
         f"{report.vllm_ms_per_step} ms/step (FP8, H100)",
         f"{'gpu':8} {'mode':{width}} {'prompt':>6} {'cand':>4} {'mism':>4} {'sync/step':>9} {'sync/canvas':>11} "
-        f"{'ops/step':>8} {'kernels':>7} {'launch':>6} {'peak GB':>8} {'weights GB':>10} {'floor ms':>8}",
+        f"{'ops/step':>8} {'kernels':>7} {'launch':>6} {'peak GB':>8} {'weights GB':>10} {'floor ms':>8} "
+        f"{'TFLOP':>6} {'compute ms':>10}",
     ]
     for run in report.runs:
         lines.append(
@@ -772,7 +831,8 @@ def format_table(report: DryRunReport) -> str:
             f"{run.host_syncs_per_step:>9} {run.host_syncs_per_canvas:>11} {run.ops_per_step:>8} "
             f"{run.device_kernels_per_step:>7} "
             f"{run.custom_kernel_launches_per_step:>6} {run.peak_bytes / 1e9:>8.2f} "
-            f"{run.weight_bytes_per_step / 1e9:>10.2f} {run.floor_ms_per_step:>8.2f}"
+            f"{run.weight_bytes_per_step / 1e9:>10.2f} {run.floor_ms_per_step:>8.2f} "
+            f"{sum(run.matmul_flops_per_step.values()) / 1e12:>6.2f} {run.compute_floor_ms_per_step:>10.2f}"
             + (f"  {run.error}" if run.error else "")
         )  # fmt: skip
     lines += [f"FAILS: {line}" for line in report.failures] or ["no run fails: 0 mismatches, 0 syncs in a step, every peak fits"]

@@ -83,12 +83,18 @@ def test_device_kernels_per_step_are_the_count_derived_by_hand_for_the_tiny_int4
         assert run.device_kernels_by_op["sdpa (fused)"] == TINY.text_overrides["num_hidden_layers"]
 
 
-def test_the_fused_step_launches_a_fraction_of_the_kernels_of_transformers_decoder():
-    unfused, fused = (
+@pytest.fixture(scope="module")
+def unfused_and_fused():
+    """The tiny int4 step through transformers' decoder and through the fused one, on the H100."""
+    return tuple(
         dryrun.run_dryrun(gpus=(dryrun.GPUS[2],), modes=("int4",), prompts=(160,), candidates=(1,),
                           config=diffusion_config(TINY), fused=setting).runs[0]
         for setting in (False, True)
     )  # fmt: skip
+
+
+def test_the_fused_step_launches_a_fraction_of_the_kernels_of_transformers_decoder(unfused_and_fused):
+    unfused, fused = unfused_and_fused
     assert unfused.error is None and fused.error is None
     assert fused.device_kernels_per_step * 4 < unfused.device_kernels_per_step, (fused, unfused)
     assert abs(fused.weight_bytes_per_step - unfused.weight_bytes_per_step) <= 1024, (fused, unfused)  # stacked ones counted;
@@ -96,6 +102,34 @@ def test_the_fused_step_launches_a_fraction_of_the_kernels_of_transformers_decod
     # transformers' norms run in fp32 with casts around them: the unfused step is mostly casts and copies.
     assert unfused.device_kernels_by_op["aten::_to_copy"] > fused.device_kernels_per_step
     assert "aten::_to_copy" not in fused.device_kernels_by_op or fused.device_kernels_by_op["aten::_to_copy"] <= 6
+
+
+def test_the_steps_matrix_flops_are_the_hand_count_and_transformers_decoders(unfused_and_fused):
+    """The matrix products of one tiny int4 step (one 32-token canvas), 2 FLOPs a multiply-add, counted by hand
+    from the architecture: the fused decoder does exactly the work transformers' decoder does, and the compute
+    floor is those FLOPs at the card's bf16 tensor rate."""
+    unfused, fused = unfused_and_fused
+    text = TINY.text_overrides
+    tokens, hidden, vocab, width = TINY.canvas_length, text["hidden_size"], text["vocab_size"], text["intermediate_size"]
+    q, kv = text["num_attention_heads"] * text["head_dim"], text["num_key_value_heads"] * text["head_dim"]
+    layers, experts, pairs = text["num_hidden_layers"], text["num_experts"], tokens * text["top_k_experts"]
+    mlp = 2 * tokens * hidden * 2 * width + 2 * tokens * width * hidden  # gate and up, then down
+    sliding = 2 * tokens * hidden * (q + 2 * kv) + 2 * tokens * q * hidden + mlp  # q/k/v, o_proj, the dense MLP
+    full = sliding - 2 * tokens * hidden * kv  # the full-attention layer's v is its k: no v projection
+    dense = (layers - 1) * sliding + full + mlp  # + the self-conditioning MLP
+    expert_work = layers * 3 * 2 * pairs * text["moe_intermediate_size"] * hidden  # gate, up, down per pair
+    head = 2 * 2 * tokens * vocab * hidden  # the soft embeddings (probabilities x table) and lm_head
+    router = layers * 2 * tokens * hidden * experts
+    by_op = fused.matmul_flops_by_op
+    assert by_op["dense (dgemma::expert_gemm)"] == dense, by_op
+    assert by_op["experts (dgemma::expert_gemm)"] == expert_work, by_op
+    assert by_op["aten::mm"] == head and by_op["dgemma::route"] == router, by_op
+    assert set(by_op) == {"dense (dgemma::expert_gemm)", "experts (dgemma::expert_gemm)", "aten::mm",
+                          "dgemma::route", "sdpa (fused)"}, by_op  # fmt: skip
+    assert fused.matmul_flops_per_step == unfused.matmul_flops_per_step == {"bf16": sum(by_op.values())}
+    assert unfused.matmul_flops_by_op["aten::mm"] == head + router  # transformers runs the router's projection
+    h100 = dryrun.GPUS[2]
+    assert fused.compute_floor_ms_per_step == round(sum(by_op.values()) / h100.tensor_flops_per_s["bf16"] * 1e3, 2)
 
 
 def test_peak_holds_the_weights_plus_the_requests_cache_and_grows_with_candidates(tiny_report):

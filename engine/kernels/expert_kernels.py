@@ -36,6 +36,11 @@ block of BLOCK_N output columns), and why:
   int8 MMA runs on every card we target (sm80+); fp8 needs sm89+. Measured
   on the tiny layer (bench moe, CPU): error against the unquantized weights
   int8 1.0% -> 1.6%, fp8 4.3% -> 6.0% (int4: 18.5%).
+- w4a8 (symmetric int4 weights, `ACTIVATIONS` int8; opt-in, not a product default): the int4 codes are
+  exact in int8, so a K-block's 16 words become one `[BLOCK_N, 64]` int8 tile (c ^ 8 sign-extended
+  is c - 8; column 4p + j is code j of word p, input 16j + p) for one K=64 int8 dot (IMMA needs K >= 32:
+  the four 16-input tiles would not do) against activations loaded in that K order and quantized as
+  w8a8's; it runs in the 8-bit K loop, the group's scale per step (GROUP a multiple of 64).
 - w8a16 (`ACTIVATIONS` 0 with int8 / fp8 weights): the first generation's
   conversion through fp32, kept for cards without fp8 MMA and for A/B.
 - `SWAP`: tokens on the MMA's N side. An expert gets ~16 rows at a 256-token
@@ -153,6 +158,36 @@ def _int4_tiles(words, SYMMETRIC: tl.constexpr, ASM: tl.constexpr, FP32_MATH: tl
             _int4_code(words32, 3, SYMMETRIC, FP32_MATH),
         )
     return tiles
+
+
+@triton.jit
+def _int4_int8_rows(words):
+    """`[rows, 16]` int16 words -> `[rows, 64]` int8 values (c - 8): column 4p + j holds code j of word p,
+    input 16j + p of the K-block (`int4_input_order`). c ^ 8 read as a signed nibble is c - 8, so one XOR a
+    word and an arithmetic shift pair a code sign-extend it; the joins stay in each thread's registers."""
+    flipped = words.to(tl.int32) ^ 0x8888
+    t0 = (flipped << 28) >> 28
+    t1 = (flipped << 24) >> 28
+    t2 = (flipped << 20) >> 28
+    t3 = (flipped << 16) >> 28
+    joined = tl.join(tl.join(t0, t2), tl.join(t1, t3))  # [rows, 16, 2, 2]: [r, p, x, y] is code 2x + y
+    return tl.reshape(joined, [words.shape[0], 4 * words.shape[1]]).to(tl.int8)
+
+
+@triton.jit
+def _int4_int8_tile(words, SWAP: tl.constexpr):
+    """A K-block of int4 words as one int8 weight tile for the int8 MMA (w4a8): `[BLOCK_N, 64]` (SWAP) or
+    `[64, BLOCK_N]`, K in `int4_input_order`."""
+    if SWAP:
+        return _int4_int8_rows(words)
+    else:
+        return tl.trans(_int4_int8_rows(tl.trans(words)))
+
+
+@triton.jit
+def int4_input_order(positions):
+    """The input of a K-block held at each K position of `_int4_int8_tile`: 16 * (c % 4) + c // 4."""
+    return 16 * (positions % 4) + positions // 4
 
 
 @triton.jit
@@ -322,7 +357,7 @@ def expert_gemm_kernel(
 ):
     """out = a @ w[expert].T per row block (w dequantized in registers), with the MoE prologue/epilogue when routed.
 
-    int4 (WEIGHTS 1, 3): BLOCK_K is 64, GROUP a multiple of 16. 8-bit: BLOCK_K divides GROUP; with
+    int4 (WEIGHTS 1, 3): BLOCK_K is 64, GROUP a multiple of 16 (of 64 for w4a8). 8-bit: BLOCK_K divides GROUP; with
     ACTIVATIONS the activation scale is per row per BLOCK_K inputs.
     """
     pid = tl.program_id(0)
@@ -348,9 +383,13 @@ def expert_gemm_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_valid = offs_n < N
     INT4: tl.constexpr = WEIGHTS % 2 == 1  # codes 1 (int4) and 3 (int4-affine)
-    SUB_K: tl.constexpr = 16 if INT4 else BLOCK_K  # inputs per dot
+    W4A16: tl.constexpr = INT4 and ACTIVATIONS == 0  # four K=16 bf16 dots a K-block
+    W4A8: tl.constexpr = INT4 and ACTIVATIONS == 1  # one K=64 int8 dot a K-block, in the 8-bit loop
+    SUB_K: tl.constexpr = 16 if W4A16 else BLOCK_K  # inputs per dot
     W_STEP: tl.constexpr = 16 if INT4 else BLOCK_K  # stored elements per K step along a row
     offs_k = tl.arange(0, SUB_K)
+    if W4A8:
+        offs_k = int4_input_order(offs_k)  # the activations in the unpacked tile's K order
     offs_wk = tl.arange(0, W_STEP)
     # Pointer tiles are built once and advanced per K step (index math stays out of the loop).
     if SWAP:
@@ -373,7 +412,7 @@ def expert_gemm_kernel(
     up_w_offset = N * stride_wn  # GATED: the up rows follow the N gate rows
     up_s_offset = N * stride_sn
     for k0 in range(0, K, BLOCK_K):
-        if INT4:
+        if W4A16:
             # One K-block: 16 words per row, 4 codes each = 64 inputs in four 16-input tiles.
             tiles = _int4_tiles(tl.load(w_ptrs, mask=w_mask, other=0), WEIGHTS == 1, ASM, FP32_MATH)
             if GATED:
@@ -422,12 +461,16 @@ def expert_gemm_kernel(
             group_offset = (k0 // GROUP) * stride_sg  # BLOCK_K divides GROUP: one scale per column per step
             super_offset = (k0 // SUPER) * stride_ssg if SUPER > 0 else 0
             w_raw = tl.load(w_ptrs, mask=w_mask, other=0)
+            if W4A8:
+                w_raw = _int4_int8_tile(w_raw, SWAP)
             part = _w8_partial(a, w_raw, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
             scale = _group_factor(s_ptrs, _super_factor(ss_ptrs, n_valid, super_offset, SUPER), n_valid, group_offset,
                                   SUPER)  # fmt: skip
             acc += _scaled_group(part, scale, SWAP)
             if GATED:
                 w_up = tl.load(w_ptrs + up_w_offset, mask=w_mask, other=0)
+                if W4A8:
+                    w_up = _int4_int8_tile(w_up, SWAP)
                 part_up = _w8_partial(a, w_up, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
                 super_up = _super_factor(ss_ptrs + up_s_offset, n_valid, super_offset, SUPER)
                 scale = _group_factor(s_ptrs + up_s_offset, super_up, n_valid, group_offset, SUPER)

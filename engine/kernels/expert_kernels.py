@@ -37,10 +37,16 @@ block of BLOCK_N output columns), and why:
   on the tiny layer (bench moe, CPU): error against the unquantized weights
   int8 1.0% -> 1.6%, fp8 4.3% -> 6.0% (int4: 18.5%).
 - w4a8 (symmetric int4 weights, `ACTIVATIONS` int8; opt-in, not a product default): the int4 codes are
-  exact in int8, so a K-block's 16 words become one `[BLOCK_N, 64]` int8 tile (c ^ 8 sign-extended
-  is c - 8; column 4p + j is code j of word p, input 16j + p) for one K=64 int8 dot (IMMA needs K >= 32:
-  the four 16-input tiles would not do) against activations loaded in that K order and quantized as
-  w8a8's; it runs in the 8-bit K loop, the group's scale per step (GROUP a multiple of 64).
+  exact in int8, so a K-block's 16 words become one `[BLOCK_N, 64]` int8 tile in input order for one
+  K=64 int8 dot (IMMA needs K >= 32: four 16-input dots would not do) against the activations quantized
+  as w8a8's; it runs in the 8-bit K loop, the group's scale per step (GROUP a multiple of 64). The four
+  code tiles are laid side by side along K (join + permute + reshape), which moves no value between
+  threads: a thread's int8 MMA register is 4 consecutive inputs, code j of the 4 consecutive words it
+  reads. On CUDA (`ASM`) 4 words give their 16 codes as c - 8 in 18 instructions (masks, a byte-wise
+  + 0x78 ^ 0x80, `prmt`); the pure version (c ^ 8 sign-extended by a shift pair) runs in the interpreter.
+  Compiled (bench/device/compile_kernels.py): 0.23 (gate_up) and 0.36-0.40 (down) warp instructions a
+  weight at 256 tokens, most of it w8a8's own in-loop activation rounding (int8 w8a8: 0.21 / 0.33; int4:
+  0.11 / 0.14).
 - w8a16 (`ACTIVATIONS` 0 with int8 / fp8 weights): the first generation's
   conversion through fp32, kept for cards without fp8 MMA and for A/B.
 - `SWAP`: tokens on the MMA's N side. An expert gets ~16 rows at a 256-token
@@ -161,33 +167,67 @@ def _int4_tiles(words, SYMMETRIC: tl.constexpr, ASM: tl.constexpr, FP32_MATH: tl
 
 
 @triton.jit
-def _int4_int8_rows(words):
-    """`[rows, 16]` int16 words -> `[rows, 64]` int8 values (c - 8): column 4p + j holds code j of word p,
-    input 16j + p of the K-block (`int4_input_order`). c ^ 8 read as a signed nibble is c - 8, so one XOR a
-    word and an arithmetic shift pair a code sign-extend it; the joins stay in each thread's registers."""
-    flipped = words.to(tl.int32) ^ 0x8888
-    t0 = (flipped << 28) >> 28
-    t1 = (flipped << 24) >> 28
-    t2 = (flipped << 20) >> 28
-    t3 = (flipped << 16) >> 28
-    joined = tl.join(tl.join(t0, t2), tl.join(t1, t3))  # [rows, 16, 2, 2]: [r, p, x, y] is code 2x + y
-    return tl.reshape(joined, [words.shape[0], 4 * words.shape[1]]).to(tl.int8)
+def _int4_int8_codes_asm(words):
+    """The four codes of int16 `words` as int8 values c - 8, four words a call (`pack=4`: two 32-bit registers
+    in, one register of 4 int8 out per code): a mask (and a shift) per code pair and register splits the
+    nibbles into bytes, c + 0x78 then ^ 0x80 makes each byte c - 8 (no carry crosses a byte: c + 0x78 <= 0x87),
+    and a `prmt` gathers each code's 4 bytes in the words' order. 18 instructions for 16 weights."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 a, b, c, d;
+        and.b32 a, $4, 0x0F0F0F0F;
+        shr.b32 b, $4, 4;
+        and.b32 b, b, 0x0F0F0F0F;
+        and.b32 c, $5, 0x0F0F0F0F;
+        shr.b32 d, $5, 4;
+        and.b32 d, d, 0x0F0F0F0F;
+        add.u32 a, a, 0x78787878;
+        add.u32 b, b, 0x78787878;
+        add.u32 c, c, 0x78787878;
+        add.u32 d, d, 0x78787878;
+        xor.b32 a, a, 0x80808080;
+        xor.b32 b, b, 0x80808080;
+        xor.b32 c, c, 0x80808080;
+        xor.b32 d, d, 0x80808080;
+        prmt.b32 $0, a, c, 0x6420;
+        prmt.b32 $1, b, d, 0x6420;
+        prmt.b32 $2, a, c, 0x7531;
+        prmt.b32 $3, b, d, 0x7531;
+        }
+        """,
+        constraints="=r,=r,=r,=r,r,r",
+        args=[words],
+        dtype=(tl.int8, tl.int8, tl.int8, tl.int8),
+        is_pure=True,
+        pack=4,
+    )
 
 
 @triton.jit
-def _int4_int8_tile(words, SWAP: tl.constexpr):
-    """A K-block of int4 words as one int8 weight tile for the int8 MMA (w4a8): `[BLOCK_N, 64]` (SWAP) or
-    `[64, BLOCK_N]`, K in `int4_input_order`."""
-    if SWAP:
-        return _int4_int8_rows(words)
+def _int4_int8_tile(words, SWAP: tl.constexpr, ASM: tl.constexpr):
+    """A K-block of int4 words, `[BLOCK_N, 16]` (SWAP) or `[16, BLOCK_N]`, as one int8 weight tile in input order
+    for the int8 MMA (w4a8): `[BLOCK_N, 64]` or `[64, BLOCK_N]`, input 16j + p = code j of word p, value c - 8.
+
+    c ^ 8 read as a signed nibble is c - 8: one XOR a word, a shift pair a code sign-extends it. The four code
+    tiles are then laid side by side along K by join + permute + reshape: in the MMA's int8 operand layout a
+    thread's register holds 4 consecutive inputs, code j of 4 consecutive words, so the words a thread loads
+    give exactly its registers and no value leaves the thread."""
+    if ASM:
+        t0, t1, t2, t3 = _int4_int8_codes_asm(words)
     else:
-        return tl.trans(_int4_int8_rows(tl.trans(words)))
-
-
-@triton.jit
-def int4_input_order(positions):
-    """The input of a K-block held at each K position of `_int4_int8_tile`: 16 * (c % 4) + c // 4."""
-    return 16 * (positions % 4) + positions // 4
+        flipped = words.to(tl.int32) ^ 0x8888
+        t0 = ((flipped << 28) >> 28).to(tl.int8)
+        t1 = ((flipped << 24) >> 28).to(tl.int8)
+        t2 = ((flipped << 20) >> 28).to(tl.int8)
+        t3 = ((flipped << 16) >> 28).to(tl.int8)
+    joined = tl.join(tl.join(t0, t1), tl.join(t2, t3))  # [.., .., x, y] holds code j = x + 2y
+    if SWAP:
+        rows: tl.constexpr = words.shape[0]
+        return tl.reshape(tl.permute(joined, (0, 3, 2, 1)), [rows, 64])  # [n, y, x, p]: column 16j + p
+    else:
+        columns: tl.constexpr = words.shape[1]
+        return tl.reshape(tl.permute(joined, (3, 2, 0, 1)), [64, columns])  # [y, x, p, n]: row 16j + p
 
 
 @triton.jit
@@ -388,8 +428,6 @@ def expert_gemm_kernel(
     SUB_K: tl.constexpr = 16 if W4A16 else BLOCK_K  # inputs per dot
     W_STEP: tl.constexpr = 16 if INT4 else BLOCK_K  # stored elements per K step along a row
     offs_k = tl.arange(0, SUB_K)
-    if W4A8:
-        offs_k = int4_input_order(offs_k)  # the activations in the unpacked tile's K order
     offs_wk = tl.arange(0, W_STEP)
     # Pointer tiles are built once and advanced per K step (index math stays out of the loop).
     if SWAP:
@@ -462,7 +500,7 @@ def expert_gemm_kernel(
             super_offset = (k0 // SUPER) * stride_ssg if SUPER > 0 else 0
             w_raw = tl.load(w_ptrs, mask=w_mask, other=0)
             if W4A8:
-                w_raw = _int4_int8_tile(w_raw, SWAP)
+                w_raw = _int4_int8_tile(w_raw, SWAP, ASM)
             part = _w8_partial(a, w_raw, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
             scale = _group_factor(s_ptrs, _super_factor(ss_ptrs, n_valid, super_offset, SUPER), n_valid, group_offset,
                                   SUPER)  # fmt: skip
@@ -470,7 +508,7 @@ def expert_gemm_kernel(
             if GATED:
                 w_up = tl.load(w_ptrs + up_w_offset, mask=w_mask, other=0)
                 if W4A8:
-                    w_up = _int4_int8_tile(w_up, SWAP)
+                    w_up = _int4_int8_tile(w_up, SWAP, ASM)
                 part_up = _w8_partial(a, w_up, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
                 super_up = _super_factor(ss_ptrs + up_s_offset, n_valid, super_offset, SUPER)
                 scale = _group_factor(s_ptrs + up_s_offset, super_up, n_valid, group_offset, SUPER)

@@ -297,9 +297,9 @@ W4A8_GROUP = 64
 @pytest.mark.usefixtures("poisoned_outputs")
 @pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])
 def test_w4a8_experts_equal_the_reference_on_activations_rounded_per_row(swap):
-    """int4 weights x int8 activations (one int8 dot a K-block over the unpacked codes in their permuted K order):
-    the fp32 reference on the dequantized int4 weights and activations rounded per row per 64 inputs. Random
-    weights and activations: a K order of the codes that did not match the activations' would be far off."""
+    """int4 weights x int8 activations (one int8 dot a K-block over the codes unpacked to int8): the fp32 reference
+    on the dequantized int4 weights and activations rounded per row per 64 inputs. Random weights and
+    activations: codes in another K order than the activations' would be far off."""
     generator = torch.Generator().manual_seed(41 + swap)
     module = QuantizedExperts.from_experts(_Experts(generator), "int4", W4A8_GROUP)
     hidden = torch.randn(3 * CANVAS - 1, HIDDEN, generator=generator)  # rows: no multiple of any BLOCK_M
@@ -354,20 +354,24 @@ def test_w4a8_takes_symmetric_int4_in_whole_k_blocks_only():
 
 
 @triton.jit
-def _int4_int8_tile_kernel(words_ptr, out_ptr, ROWS: tl.constexpr):
-    rows, words = tl.arange(0, ROWS), tl.arange(0, 16)
-    tile = expert_kernels._int4_int8_tile(tl.load(words_ptr + rows[:, None] * 16 + words[None, :]), True)
-    columns = tl.arange(0, 64)
-    inputs = expert_kernels.int4_input_order(columns)  # column c of the tile holds this input of the K-block
-    tl.store(out_ptr + rows[:, None] * 64 + inputs[None, :], tile.to(tl.int32))
+def _int4_int8_tile_kernel(words_ptr, out_ptr, ROWS: tl.constexpr, SWAP: tl.constexpr):
+    rows, words, inputs = tl.arange(0, ROWS), tl.arange(0, 16), tl.arange(0, 64)
+    if SWAP:  # [rows, 16] words -> [rows, 64] values
+        tile = expert_kernels._int4_int8_tile(tl.load(words_ptr + rows[:, None] * 16 + words[None, :]), True, False)
+        tl.store(out_ptr + rows[:, None] * 64 + inputs[None, :], tile.to(tl.int32))
+    else:  # [16, rows] words -> [64, rows] values
+        tile = expert_kernels._int4_int8_tile(tl.load(words_ptr + rows[None, :] * 16 + words[:, None]), False, False)
+        tl.store(out_ptr + rows[None, :] * 64 + inputs[:, None], tile.to(tl.int32))
 
 
-def test_the_w4a8_tile_holds_each_code_minus_8_at_its_inputs_position():
-    """Every code 0..15 in every nibble: the int8 tile, put back in input order, is the codes - 8 exactly."""
+@pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])
+def test_the_w4a8_tile_holds_each_code_minus_8_in_input_order(swap):
+    """Every code 0..15 in every nibble: the int8 tile of a K-block's 16 words is the codes - 8, input by input
+    (the activations are read in plain order: a tile in any other order would pair the wrong products)."""
     codes = torch.randint(0, 16, (16, 64), generator=torch.Generator().manual_seed(46), dtype=torch.uint8)
     codes[0], codes[1] = torch.arange(64) % 16, 15 - torch.arange(64) % 16
     out = torch.empty(16, 64, dtype=torch.int32)
-    _int4_int8_tile_kernel[(1,)](pack_int4_tiles(codes), out, ROWS=16)
+    _int4_int8_tile_kernel[(1,)](pack_int4_tiles(codes), out, ROWS=16, SWAP=swap)
     assert torch.equal(out, codes.to(torch.int32) - 8)
 
 

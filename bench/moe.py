@@ -9,7 +9,9 @@ expert width 704; needs CUDA), routes a random canvas of `--tokens` x
 - int4 (product: tile layout, magic-number unpack in inline PTX on CUDA),
   int4-bits (the same in Triton bit ops, what the interpreter runs),
   int4-affine32 (scale + min per 32 inputs: the path of imported Q4_K / AWQ
-  weights), int4-legacy (the first-generation kernel on the old layout);
+  weights), int4-legacy (the first-generation kernel on the old layout),
+  int4-w4a8 (the int4 weights under int8 activations quantized per row in
+  the kernels: the int8 MMA; opt-in, not what `QuantizedExperts` runs);
 - gguf-q4_k_m: a GGUF Q4_K_M file's layer as the GGUF loader holds it
   (`gguf_experts`): gate_up affine int4 under Q4_K's two-level scales (uint8
   sc and m per 32 inputs, fp16 d and -dmin per 256), down int8 with an fp16
@@ -71,7 +73,7 @@ class Variant:
     kernel: str = "tiles"
     """tiles (expert_kernels), legacy (moe_kernels.dequant_gemm_kernel) or transformers (bf16)."""
     activations: str = "none"
-    """none, or the 8-bit kind the kernels round activations to (w8a8)."""
+    """none, or the 8-bit kind the kernels round activations to (w8a8; int8 under int4 weights: w4a8)."""
     asm: bool | None = None
     """int4 unpack in inline PTX (None: the product's default, PTX on CUDA)."""
     affine_group: int | None = None
@@ -91,6 +93,7 @@ VARIANTS = {
     "int4-bits": Variant("int4", asm=False),
     "int4-affine32": Variant("int4", affine_group=32),
     "int4-legacy": Variant("int4", kernel="legacy"),
+    "int4-w4a8": Variant("int4", activations="int8"),
     "gguf-q4_k_m": Variant("int4", gguf="Q4_K_M", down_activations="int8"),
     "int8": Variant("int8", activations="int8"),
     "int8-w8a16": Variant("int8"),

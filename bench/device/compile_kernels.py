@@ -1,7 +1,8 @@
 """The expert GEMM compiled ahead of time for each GPU we target, no GPU needed: does it build, spill, use the MMA?
 
-For each variant (int4 with the PTX unpack, int4 with Triton bit ops, affine int4, w8a8 and w8a16 int8 / fp8,
-and what a GGUF Q4_K_M loads as: Q4_K gate_up in affine int4 with two-level scales, int8 down in groups of 32)
+For each variant (int4 with the PTX unpack, int4 with Triton bit ops, affine int4, int4 weights under int8
+activations (w4a8, PTX and bit-op unpack), w8a8 and w8a16 int8 / fp8, and what a GGUF Q4_K_M loads as:
+Q4_K gate_up in affine int4 with two-level scales, int8 down in groups of 32)
 and each launch of one MoE layer at the full shape (gate_up, down; 256 and 1,024 tokens) and of the layer's
 stacked dense projections (q/k/v of each attention kind, the dense MLP's gated gate/up), builds the launch
 the product would make (`fused_moe.expert_gemm_launch` on meta tensors: the same arguments, the same JIT
@@ -53,6 +54,8 @@ VARIANTS = {
     "int4": ("int4", "none", True),
     "int4-bits": ("int4", "none", False),
     "int4-affine32": ("int4-affine", "none", True),
+    "int4-w4a8": ("int4", "int8", True),  # int4 codes unpacked to int8 for the int8 MMA (opt-in)
+    "int4-w4a8-bits": ("int4", "int8", False),
     "int8": ("int8", "int8", False),
     "int8-w8a16": ("int8", "none", False),
     "fp8": ("fp8", "fp8", False),

@@ -3,7 +3,8 @@
 Run from the repository root (bench/device/README.md), one stage per call so each has its own time limit:
 
 - `check`: at the full shape, 256 tokens: the int4 unpack in inline PTX equals the Triton bit-op one
-  bit for bit (gate_up outputs, symmetric, affine, and GGUF Q4_K's affine under two-level scales); every
+  bit for bit (gate_up outputs, symmetric, affine, GGUF Q4_K's affine under two-level scales, and w4a8's
+  unpack of int4 to int8 codes); every
   variant of `bench moe` (gguf-q4_k_m included: a Q4_K_M file's layout) against the fp32 loop on its own
   packed weights and against the unquantized weights; every output element written (outputs poisoned
   with NaN first); each line printed as it is known, then PASS or FAIL.
@@ -69,9 +70,10 @@ def bf16_reference(experts, inputs):
                                 lambda e: (experts.gate_up_proj[e].float(), experts.down_proj[e].float()))  # fmt: skip
 
 
-def gate_up_outputs(packed: moe._Packed, inputs, *, asm: bool, affine: dict | None = None) -> torch.Tensor:
+def gate_up_outputs(packed: moe._Packed, inputs, *, asm: bool, affine: dict | None = None,
+                    activations: str = "none") -> torch.Tensor:  # fmt: skip
     """The gate_up launch alone (no atomics: its bits do not depend on scheduling); `affine`: its data, scales,
-    mins (and `gate_up_super`: two-level scales) instead of the product int4's."""
+    mins (and `gate_up_super`: two-level scales) instead of the product int4's; `activations` "int8": w4a8."""
     hidden, index, _ = inputs
     module = packed.module
     tensors = affine or {"gate_up_data": module.gate_up_data, "gate_up_scales": module.gate_up_scales,
@@ -83,7 +85,7 @@ def gate_up_outputs(packed: moe._Packed, inputs, *, asm: bool, affine: dict | No
             hidden, tensors["gate_up_data"], tensors["gate_up_scales"], tensors["gate_up_mins"], routing.sorted_pairs,
             routing.block_experts, routing.rows_used, None, num_rows=routing.num_pairs, out_rows=routing.num_pairs,
             n=tensors["gate_up_data"].shape[1] // 2, a_row_div=index.shape[1], out_row_div=1, block_m=routing.block_m,
-            weights="int4-affine" if affine else "int4", activations="none", gated=True, ss=super_scales,
+            weights="int4-affine" if affine else "int4", activations=activations, gated=True, ss=super_scales,
             sm=super_mins,
         )  # fmt: skip
 
@@ -123,7 +125,11 @@ def stage_check(args) -> bool:
             ptx = gate_up_outputs(packed["int4"], inputs, asm=True, affine=two_level)
             q4_k_equal = torch.equal(pure, ptx) and bool(torch.isfinite(pure).all())
             say(f"Q4_K int4 unpack (two-level scales): inline PTX == bit ops, bit for bit: {q4_k_equal}")
-        ok = equal and affine_equal and q4_k_equal
+            pure = gate_up_outputs(packed["int4"], inputs, asm=False, activations="int8")
+            ptx = gate_up_outputs(packed["int4"], inputs, asm=True, activations="int8")
+            w4a8_equal = torch.equal(pure, ptx) and bool(torch.isfinite(pure).all())
+            say(f"w4a8 unpack (int4 to int8 codes): inline PTX == bit ops, bit for bit: {w4a8_equal}")
+        ok = equal and affine_equal and q4_k_equal and w4a8_equal
     else:
         say("int4 unpack: inline PTX not checked (no CUDA)")
     for name in moe.variants_for(args.variants, moe.MODES, device):

@@ -36,6 +36,17 @@ block of BLOCK_N output columns), and why:
   int8 MMA runs on every card we target (sm80+); fp8 needs sm89+. Measured
   on the tiny layer (bench moe, CPU): error against the unquantized weights
   int8 1.0% -> 1.6%, fp8 4.3% -> 6.0% (int4: 18.5%).
+- w4a8 (symmetric int4 weights, `ACTIVATIONS` int8; opt-in, not a product default): the int4 codes are
+  exact in int8, so a K-block's 16 words become one `[BLOCK_N, 64]` int8 tile in input order for one
+  K=64 int8 dot (IMMA needs K >= 32: four 16-input dots would not do) against the activations quantized
+  as w8a8's; it runs in the 8-bit K loop, the group's scale per step (GROUP a multiple of 64). The four
+  code tiles are laid side by side along K (join + permute + reshape), which moves no value between
+  threads: a thread's int8 MMA register is 4 consecutive inputs, code j of the 4 consecutive words it
+  reads. On CUDA (`ASM`) 4 words give their 16 codes as c - 8 in 18 instructions (masks, a byte-wise
+  + 0x78 ^ 0x80, `prmt`); the pure version (c ^ 8 sign-extended by a shift pair) runs in the interpreter.
+  Compiled (bench/device/compile_kernels.py): 0.23 (gate_up) and 0.36-0.40 (down) warp instructions a
+  weight at 256 tokens, most of it w8a8's own in-loop activation rounding (int8 w8a8: 0.21 / 0.33; int4:
+  0.11 / 0.14).
 - w8a16 (`ACTIVATIONS` 0 with int8 / fp8 weights): the first generation's
   conversion through fp32, kept for cards without fp8 MMA and for A/B.
 - `SWAP`: tokens on the MMA's N side. An expert gets ~16 rows at a 256-token
@@ -153,6 +164,70 @@ def _int4_tiles(words, SYMMETRIC: tl.constexpr, ASM: tl.constexpr, FP32_MATH: tl
             _int4_code(words32, 3, SYMMETRIC, FP32_MATH),
         )
     return tiles
+
+
+@triton.jit
+def _int4_int8_codes_asm(words):
+    """The four codes of int16 `words` as int8 values c - 8, four words a call (`pack=4`: two 32-bit registers
+    in, one register of 4 int8 out per code): a mask (and a shift) per code pair and register splits the
+    nibbles into bytes, c + 0x78 then ^ 0x80 makes each byte c - 8 (no carry crosses a byte: c + 0x78 <= 0x87),
+    and a `prmt` gathers each code's 4 bytes in the words' order. 18 instructions for 16 weights."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 a, b, c, d;
+        and.b32 a, $4, 0x0F0F0F0F;
+        shr.b32 b, $4, 4;
+        and.b32 b, b, 0x0F0F0F0F;
+        and.b32 c, $5, 0x0F0F0F0F;
+        shr.b32 d, $5, 4;
+        and.b32 d, d, 0x0F0F0F0F;
+        add.u32 a, a, 0x78787878;
+        add.u32 b, b, 0x78787878;
+        add.u32 c, c, 0x78787878;
+        add.u32 d, d, 0x78787878;
+        xor.b32 a, a, 0x80808080;
+        xor.b32 b, b, 0x80808080;
+        xor.b32 c, c, 0x80808080;
+        xor.b32 d, d, 0x80808080;
+        prmt.b32 $0, a, c, 0x6420;
+        prmt.b32 $1, b, d, 0x6420;
+        prmt.b32 $2, a, c, 0x7531;
+        prmt.b32 $3, b, d, 0x7531;
+        }
+        """,
+        constraints="=r,=r,=r,=r,r,r",
+        args=[words],
+        dtype=(tl.int8, tl.int8, tl.int8, tl.int8),
+        is_pure=True,
+        pack=4,
+    )
+
+
+@triton.jit
+def _int4_int8_tile(words, SWAP: tl.constexpr, ASM: tl.constexpr):
+    """A K-block of int4 words, `[BLOCK_N, 16]` (SWAP) or `[16, BLOCK_N]`, as one int8 weight tile in input order
+    for the int8 MMA (w4a8): `[BLOCK_N, 64]` or `[64, BLOCK_N]`, input 16j + p = code j of word p, value c - 8.
+
+    c ^ 8 read as a signed nibble is c - 8: one XOR a word, a shift pair a code sign-extends it. The four code
+    tiles are then laid side by side along K by join + permute + reshape: in the MMA's int8 operand layout a
+    thread's register holds 4 consecutive inputs, code j of 4 consecutive words, so the words a thread loads
+    give exactly its registers and no value leaves the thread."""
+    if ASM:
+        t0, t1, t2, t3 = _int4_int8_codes_asm(words)
+    else:
+        flipped = words.to(tl.int32) ^ 0x8888
+        t0 = ((flipped << 28) >> 28).to(tl.int8)
+        t1 = ((flipped << 24) >> 28).to(tl.int8)
+        t2 = ((flipped << 20) >> 28).to(tl.int8)
+        t3 = ((flipped << 16) >> 28).to(tl.int8)
+    joined = tl.join(tl.join(t0, t1), tl.join(t2, t3))  # [.., .., x, y] holds code j = x + 2y
+    if SWAP:
+        rows: tl.constexpr = words.shape[0]
+        return tl.reshape(tl.permute(joined, (0, 3, 2, 1)), [rows, 64])  # [n, y, x, p]: column 16j + p
+    else:
+        columns: tl.constexpr = words.shape[1]
+        return tl.reshape(tl.permute(joined, (3, 2, 0, 1)), [64, columns])  # [y, x, p, n]: row 16j + p
 
 
 @triton.jit
@@ -322,7 +397,7 @@ def expert_gemm_kernel(
 ):
     """out = a @ w[expert].T per row block (w dequantized in registers), with the MoE prologue/epilogue when routed.
 
-    int4 (WEIGHTS 1, 3): BLOCK_K is 64, GROUP a multiple of 16. 8-bit: BLOCK_K divides GROUP; with
+    int4 (WEIGHTS 1, 3): BLOCK_K is 64, GROUP a multiple of 16 (of 64 for w4a8). 8-bit: BLOCK_K divides GROUP; with
     ACTIVATIONS the activation scale is per row per BLOCK_K inputs.
     """
     pid = tl.program_id(0)
@@ -348,7 +423,9 @@ def expert_gemm_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_valid = offs_n < N
     INT4: tl.constexpr = WEIGHTS % 2 == 1  # codes 1 (int4) and 3 (int4-affine)
-    SUB_K: tl.constexpr = 16 if INT4 else BLOCK_K  # inputs per dot
+    W4A16: tl.constexpr = INT4 and ACTIVATIONS == 0  # four K=16 bf16 dots a K-block
+    W4A8: tl.constexpr = INT4 and ACTIVATIONS == 1  # one K=64 int8 dot a K-block, in the 8-bit loop
+    SUB_K: tl.constexpr = 16 if W4A16 else BLOCK_K  # inputs per dot
     W_STEP: tl.constexpr = 16 if INT4 else BLOCK_K  # stored elements per K step along a row
     offs_k = tl.arange(0, SUB_K)
     offs_wk = tl.arange(0, W_STEP)
@@ -373,7 +450,7 @@ def expert_gemm_kernel(
     up_w_offset = N * stride_wn  # GATED: the up rows follow the N gate rows
     up_s_offset = N * stride_sn
     for k0 in range(0, K, BLOCK_K):
-        if INT4:
+        if W4A16:
             # One K-block: 16 words per row, 4 codes each = 64 inputs in four 16-input tiles.
             tiles = _int4_tiles(tl.load(w_ptrs, mask=w_mask, other=0), WEIGHTS == 1, ASM, FP32_MATH)
             if GATED:
@@ -422,12 +499,16 @@ def expert_gemm_kernel(
             group_offset = (k0 // GROUP) * stride_sg  # BLOCK_K divides GROUP: one scale per column per step
             super_offset = (k0 // SUPER) * stride_ssg if SUPER > 0 else 0
             w_raw = tl.load(w_ptrs, mask=w_mask, other=0)
+            if W4A8:
+                w_raw = _int4_int8_tile(w_raw, SWAP, ASM)
             part = _w8_partial(a, w_raw, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
             scale = _group_factor(s_ptrs, _super_factor(ss_ptrs, n_valid, super_offset, SUPER), n_valid, group_offset,
                                   SUPER)  # fmt: skip
             acc += _scaled_group(part, scale, SWAP)
             if GATED:
                 w_up = tl.load(w_ptrs + up_w_offset, mask=w_mask, other=0)
+                if W4A8:
+                    w_up = _int4_int8_tile(w_up, SWAP, ASM)
                 part_up = _w8_partial(a, w_up, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
                 super_up = _super_factor(ss_ptrs + up_s_offset, n_valid, super_offset, SUPER)
                 scale = _group_factor(s_ptrs + up_s_offset, super_up, n_valid, group_offset, SUPER)

@@ -302,7 +302,8 @@ def fused_experts(
     gate_up `[E, 2I, H / v]` with scales `[E, H/g, 2I]`; down `[E, H, I / v]` with scales `[E, I/g', H]`
     (v = values per stored element). Per pair: gelu_tanh(x @ gate.T) * (x @ up.T) @ down.T * routing
     weight, summed over the token's top_k pairs. `mins` (int4 only) select the affine form;
-    `activations` "int8" / "fp8" quantize them per row in the kernels (w8a8, the weights' own kind).
+    `activations` "int8" / "fp8" quantize them per row in the kernels (w8a8, the weights' own kind; "int8" also
+    with symmetric int4 weights in groups of 64 or more: w4a8, opt-in, `expert_kernels`).
     `down_mode` / `down_activations` (default: `mode`, `activations`) where down is stored in another mode
     than gate_up (an imported GGUF: Q4_K gate_up as affine int4, Q5_0 / Q8_0 / Q6_K down as int8).
     `*_super`: (super scales, super mins or None) of two-level scales (`quant_formats`; GGUF Q4_K).
@@ -435,7 +436,8 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
     routed = sorted_pairs is not None
     route_weighted = route_weights is not None
     int4 = weights in ("int4", "int4-affine")
-    assert activations in ACTIVATION_KINDS and (activations == "none" or activations == weights), (
+    w4a8 = weights == "int4" and activations == "int8"  # symmetric int4 codes are exact in int8
+    assert activations in ACTIVATION_KINDS and (activations in ("none", weights) or w4a8), (
         f"{weights} weights cannot take {activations} activations"
     )
     assert (m is not None) == (weights == "int4-affine"), "mins go with affine int4 and only with it"
@@ -452,6 +454,7 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
         block_k = expert_kernels.INT4_BLOCK_K
         assert k % block_k == 0 and group % _MIN_DOT == 0, f"int4 K={k} group {group}: needs K % 64, group % 16"
         assert super_group % block_k == 0, f"int4 super groups of {super_group} inputs are not whole K-blocks of 64"
+        assert not w4a8 or group % block_k == 0, f"w4a8 takes a scale per K-block of 64: group {group} is finer"
     else:
         block_k = block_k_for(group)
         assert block_k is not None, f"K={k} with group {group} has no K step >= {_MIN_DOT}"

@@ -74,6 +74,21 @@ def test_the_expert_kernels_build_for_every_target_card_without_spills():
     assert len(per_weight) == 3 * 5 and max(per_weight) <= 0.2, done.stdout
 
 
+def test_int4_weights_under_int8_activations_build_with_the_int8_mma_without_spills():
+    """w4a8 (int4 codes unpacked to an int8 tile for the int8 MMA): every launch of the layer and the dense
+    projections builds on every target card with IMMA (IGMMA, wgmma, on sm_90) and keeps its registers."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(DEVICE_SCRIPTS / "compile_kernels.py"), "--variants", "int4-w4a8",
+                           "--tokens", "256"], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "compile: PASS"
+    for arch, mma in (("sm_89", "IMMA"), ("sm_90", "IGMMA"), ("sm_120", "IMMA")):
+        for launch in ("gate_up", "down", "qkv", "qkv-full", "mlp"):
+            assert any(line.startswith(f"{arch} int4-w4a8") and f" {launch} " in line and f"'{mma}'" in line
+                       and "spill   0" in line for line in lines), done.stdout  # fmt: skip
+
+
 def test_the_staged_runner_keeps_every_stage_in_one_file(tmp_path):
     """bench-gpu-staged.sh, one stage chosen by ONLY_STAGES: its lines come back in $OUT/stages.txt under its
     name, with its exit status (the device tool returns at most 8 files: one per stage would lose some)."""

@@ -10,7 +10,8 @@ number of 64-input blocks along K (as the real down projection's K = 704 =
 11 x 64), scale groups of 16 to 64, one expert holding several row blocks,
 experts that get no token, and 1 to 4 canvases; every output element is
 written (outputs poisoned with NaN first); w8a8 equals the same reference on
-activations rounded per row as the kernel rounds them; bf16 activations stay
+activations rounded per row as the kernel rounds them, and so does w4a8 (int4
+weights unpacked to one int8 tile a K-block, routed and dense); bf16 activations stay
 within bf16 rounding; the dense GEMM equals dequantize + matmul at K = 704;
 the first-generation kernel (kept for A/B) gives the same result on the
 legacy layout; inside the real tiny DiffusionGemma the kernels give the
@@ -289,6 +290,91 @@ def test_w8a8_experts_equal_the_reference_on_activations_rounded_per_row(mode, s
     assert 1e-4 < error < (0.05 if mode == "fp8" else 0.02)
 
 
+W4A8_GROUP = 64
+"""w4a8 takes one weight scale per 64-input K-block; the activations get theirs per row per block too."""
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])
+def test_w4a8_experts_equal_the_reference_on_activations_rounded_per_row(swap):
+    """int4 weights x int8 activations (one int8 dot a K-block over the codes unpacked to int8): the fp32 reference
+    on the dequantized int4 weights and activations rounded per row per 64 inputs. Random weights and
+    activations: codes in another K order than the activations' would be far off."""
+    generator = torch.Generator().manual_seed(41 + swap)
+    module = QuantizedExperts.from_experts(_Experts(generator), "int4", W4A8_GROUP)
+    hidden = torch.randn(3 * CANVAS - 1, HIDDEN, generator=generator)  # rows: no multiple of any BLOCK_M
+    hidden[0, :64] = 0.0  # an all-zero activation block: no division by zero
+    index, weights = _routing(hidden.shape[0], 2, generator, crowded=True)
+    assert torch.bincount(index.view(-1), minlength=EXPERTS)[0] > 16  # one expert over several row blocks
+    with torch.no_grad(), fused_moe.launch_settings(swap=swap):
+        fused = _fused(module, hidden, index, weights, activations="int8")
+    reference = _plain_reference(module.unpacked("gate_up", torch.float32), module.unpacked("down", torch.float32),
+                                 hidden, index, weights, "int8", (W4A8_GROUP, W4A8_GROUP))  # fmt: skip
+    torch.testing.assert_close(fused, reference, **FP32_TOLERANCE)
+    # The rounding is real and small: off the bf16-activation (w4a16) result by well under 2%.
+    plain = _module_reference(module, hidden, index, weights)
+    error = float((fused - plain).norm() / plain.norm())
+    assert 1e-4 < error < 0.02
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])
+@pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])
+def test_w4a8_dense_gemm_equals_the_reference_at_k_704(gated, swap):
+    """The dense launch (a linear, and a stacked gate / up with GELU-tanh in the epilogue) at K = 704: 11 K-blocks,
+    group 128 halved to 64 (the experts' down projection's), 6 rows (no multiple of BLOCK_M)."""
+    generator = torch.Generator().manual_seed(43 + 2 * gated + swap)
+    weight = torch.randn(2 * 40 if gated else 40, 704, generator=generator) * 0.05
+    data, scales = quantize(weight, "int4", 128)
+    assert scales.shape == (11, weight.shape[0])
+    x = torch.randn(3, 2, 704, generator=generator)
+    with fused_moe.launch_settings(swap=swap):
+        fused = fused_moe.fused_linear(x, data, scales, "int4", activations="int8", gated=gated)
+    rounded = dequantize_activations(*quantize_activations(x, W4A8_GROUP, "int8"))
+    reference = rounded @ dequantize(data, scales, "int4", torch.float32).T
+    if gated:
+        gate, up = reference.chunk(2, dim=-1)
+        reference = F.gelu(gate, approximate="tanh") * up
+    torch.testing.assert_close(fused, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_w4a8_takes_symmetric_int4_in_whole_k_blocks_only():
+    """Affine int4 (a min per group times the activations' sum) and scale groups finer than the 64-input int8
+    dot stay w4a16: the launch refuses them rather than rounding wrongly."""
+    generator = torch.Generator().manual_seed(45)
+    x = torch.randn(4, HIDDEN, generator=generator)
+    data, scales, mins = quantize_int4_affine(torch.randn(24, HIDDEN, generator=generator), 64)
+    with pytest.raises(AssertionError, match="cannot take int8 activations"):
+        fused_moe.fused_linear(x, data, scales, "int4", mins=mins, activations="int8")
+    data, scales = quantize(torch.randn(24, HIDDEN, generator=generator), "int4", 32)
+    with pytest.raises(AssertionError, match="group 32 is finer"):
+        fused_moe.fused_linear(x, data, scales, "int4", activations="int8")
+    with pytest.raises(AssertionError, match="cannot take fp8 activations"):
+        fused_moe.fused_linear(x, data, scales, "int4", activations="fp8")
+
+
+@triton.jit
+def _int4_int8_tile_kernel(words_ptr, out_ptr, ROWS: tl.constexpr, SWAP: tl.constexpr):
+    rows, words, inputs = tl.arange(0, ROWS), tl.arange(0, 16), tl.arange(0, 64)
+    if SWAP:  # [rows, 16] words -> [rows, 64] values
+        tile = expert_kernels._int4_int8_tile(tl.load(words_ptr + rows[:, None] * 16 + words[None, :]), True, False)
+        tl.store(out_ptr + rows[:, None] * 64 + inputs[None, :], tile.to(tl.int32))
+    else:  # [16, rows] words -> [64, rows] values
+        tile = expert_kernels._int4_int8_tile(tl.load(words_ptr + rows[None, :] * 16 + words[:, None]), False, False)
+        tl.store(out_ptr + rows[None, :] * 64 + inputs[:, None], tile.to(tl.int32))
+
+
+@pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])
+def test_the_w4a8_tile_holds_each_code_minus_8_in_input_order(swap):
+    """Every code 0..15 in every nibble: the int8 tile of a K-block's 16 words is the codes - 8, input by input
+    (the activations are read in plain order: a tile in any other order would pair the wrong products)."""
+    codes = torch.randint(0, 16, (16, 64), generator=torch.Generator().manual_seed(46), dtype=torch.uint8)
+    codes[0], codes[1] = torch.arange(64) % 16, 15 - torch.arange(64) % 16
+    out = torch.empty(16, 64, dtype=torch.int32)
+    _int4_int8_tile_kernel[(1,)](pack_int4_tiles(codes), out, ROWS=16, SWAP=swap)
+    assert torch.equal(out, codes.to(torch.int32) - 8)
+
+
 @triton.jit
 def _round_to_e4m3_kernel(x_ptr, out_ptr, N: tl.constexpr):
     offsets = tl.arange(0, N)
@@ -390,8 +476,8 @@ def test_one_moe_layer_is_three_triton_launches_for_every_format():
     generator = torch.Generator().manual_seed(9)
     hidden = torch.randn(CANVAS, HIDDEN, generator=generator)
     index, weights = _routing(CANVAS, 2, generator)
-    for mode, activations in (("int4", "none"), ("int8", "int8"), ("fp8", "fp8"), ("fp8", "none")):
-        module = QuantizedExperts.from_experts(_Experts(generator), mode, GROUP)
+    for mode, activations in (("int4", "none"), ("int4", "int8"), ("int8", "int8"), ("fp8", "fp8"), ("fp8", "none")):
+        module = QuantizedExperts.from_experts(_Experts(generator), mode, W4A8_GROUP if mode == "int4" else GROUP)
         with torch.no_grad(), fused_moe.count_launches() as launches:
             _fused(module, hidden, index, weights, activations=activations)
         assert launches.launches == 3, (mode, activations)  # align, gate_up, down: w8a8 adds none

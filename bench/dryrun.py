@@ -63,11 +63,12 @@ TAIL_TOKENS = 16
 """Prompt ids after the stable part: encoded per request, as a keystroke's tail is."""
 MODES = ("int4", "fp8", "int8", "none")
 KERNEL_OPS_LISTED = 40
-LAYOUTS = {"int4-g32": ("int4", 32), "int8-g32": ("int8", 32), "fp8-g16": ("fp8", 16)}
+LAYOUTS = {"int4-g32": ("int4", 32), "int8-g32": ("int8", 32), "fp8-g16": ("fp8", 16), "int4-w4a8": ("int4", 128)}
 """Uniform layouts the community's pre-quantized checkpoints become (engine/weights/formats/), every projection
 in one mode: int4-g32, symmetric int4 in groups of 32, what GGUF's other 4-bit types (Q4_0, IQ4_*) are re-packed
 into; int8-g32, GGUF Q8_0's (int8 per 32, its fp16 scales as bf16's bytes); fp8-g16, NVFP4's (FP8-dynamic's one
-scale per row runs the fp8 path's own K step). A GGUF Q4_K_M is none of these: see GGUF_LAYOUTS. Not in the
+scale per row runs the fp8 path's own K step). int4-w4a8 is int4 whose modules take int8 activations
+(`int4_activations`, bench-only so far). A GGUF Q4_K_M is none of these: see GGUF_LAYOUTS. Not in the
 default run; `--modes int4-g32,...` asks for them."""
 GGUF_LAYOUTS = {"gguf-q4_k_m": "Q4_K_M"}
 """Dry-run mode -> the GGUF recipe it loads exactly as formats/gguf.py places that recipe's file: its tensors'
@@ -581,6 +582,10 @@ def load_fake(skeleton, layout, mode: str):
         # What a shard read gives: a host tensor in the checkpoint's dtype.
         filler.put(name, lambda shape=shape, dtype=dtype: torch.empty(shape, dtype=dtype))
     filler.finish("the dry run's fake checkpoint")
+    if mode == "int4-w4a8":
+        for module in skeleton.modules():
+            if hasattr(module, "int4_activations"):
+                module.int4_activations = "int8"
     skeleton.eval()
     return skeleton
 

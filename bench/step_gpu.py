@@ -29,6 +29,7 @@ import time
 import msgspec
 
 from .gpu import FULL, HBM_BYTES_PER_S, SCALES, VLLM_MS_PER_CANVAS, build_random, diffusion_config
+from .quant_gpu import W4A8_MODES
 from .report import say, write_report
 
 MODES = ("int4", "fp8", "int8", "none")
@@ -86,13 +87,12 @@ def measure_mode(config, mode: str, scale: str, device, dtype, *, steps: int, re
     import torch
 
     from dgemma_lsp.engine.kernels.compiled_step import CompiledDenoiser
-    from dgemma_lsp.engine.weights.quantization import quantize_model
 
-    from .quant_gpu import _free, _model_class, _step_read_bytes, _text_bytes
+    from .quant_gpu import _free, _model_class, _step_read_bytes, _text_bytes, quantize_bench_mode
 
     torch.manual_seed(SEED)
     model = build_random(_model_class(), config, device, dtype)
-    quantize_model(model, mode)
+    quantize_bench_mode(model, mode)
     _free(device)
     weight_bytes = _text_bytes(model)
     floor_ms = _step_read_bytes(model) / HBM_BYTES_PER_S * 1000
@@ -170,7 +170,8 @@ def format_table(report: StepReport) -> str:
 def add_arguments(parser) -> None:
     parser.add_argument("--scale", choices=sorted(SCALES), default="full",
                         help="full: the real architecture (needs CUDA); tiny: the same code on CPU")  # fmt: skip
-    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}")
+    parser.add_argument("--modes", default=",".join(MODES), help=f"comma-separated subset of {','.join(MODES)}, or "
+                        "int4-w4a8 (int4 weights, int8 activations: bench-only)")  # fmt: skip
     parser.add_argument("--steps", type=int, default=16, help="fixed denoising steps per canvas")
     parser.add_argument("--repeats", type=int, default=3, help="timed requests per figure (median)")
     parser.add_argument("--fused", default="auto",
@@ -181,8 +182,8 @@ def run(args) -> int:
     import torch
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or any(m not in MODES for m in modes):
-        say(f"dgemma-lsp bench step: --modes must be a subset of {','.join(MODES)}, got {args.modes!r}")
+    if not modes or any(m not in MODES and m not in W4A8_MODES for m in modes):
+        say(f"dgemma-lsp bench step: --modes must be a subset of {','.join((*MODES, *W4A8_MODES))}, got {args.modes!r}")
         return 2
     settings = {"auto": None, "on": True, "off": False}
     fused = [f.strip() for f in getattr(args, "fused", "auto").split(",") if f.strip()]

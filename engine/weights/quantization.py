@@ -39,6 +39,9 @@ multiple of 64), they keep the plain torch path below (dequantize,
 `backend` on a module forces one or the other. `quantize_activations` (on by
 default) lets the 8-bit modes' kernels quantize activations per row (w8a8:
 int8 MMA everywhere, fp8 MMA on sm_89+); off, they keep bf16 activations.
+`int4_activations = "int8"` (off by default: `quantize_model(..., int4_activations=)`)
+has symmetric int4 weights meet int8 activations in the MMA too (w4a8: 2-4x the
+bf16 tensor rate on the users' cards); its agreement with bf16 is a GPU's to measure.
 
 Imported checkpoints (formats/) fill the same modules in the form that holds
 their values exactly: each projection in its own mode (a GGUF Q4_K_M's experts
@@ -159,6 +162,8 @@ class QuantizedExperts(nn.Module):
         """auto: the fused kernels on CUDA where they apply, else the torch loop; torch/triton force one."""
         self.quantize_activations = True
         """8-bit modes on the fused path: activations quantized per row in the kernels (w8a8) where the card takes them."""
+        self.int4_activations = "none"
+        """"int8": symmetric int4 projections on the fused path meet activations quantized per row (w4a8)."""
         self.register_buffer("gate_up_data", torch.empty(0, dtype=torch.uint8))
         self.register_buffer("gate_up_scales", torch.empty(0))
         self.register_buffer("down_data", torch.empty(0, dtype=torch.uint8))
@@ -242,10 +247,15 @@ class QuantizedExperts(nn.Module):
             gate_up_data=self.gate_up_data, gate_up_scales=self.gate_up_scales, gate_up_mins=self.gate_up_mins,
             down_data=self.down_data, down_scales=self.down_scales, down_mins=self.down_mins,
             mode=self.mode, down_mode=self.down_mode,
-            activations=_activation_kind(self.quantize_activations, device, self.mode),
-            down_activations=_activation_kind(self.quantize_activations, device, self.down_mode),
+            activations=self._activations("gate_up", device), down_activations=self._activations("down", device),
             gate_up_super=self._super("gate_up"), down_super=self._super("down"), into=into,
         )  # fmt: skip
+
+    def _activations(self, which: str, device: torch.device) -> str:
+        """What the fused kernels do with projection `which`'s input (`_activation_kind`)."""
+        mode, data, scales = self.mode_of(which), getattr(self, f"{which}_data"), getattr(self, f"{which}_scales")
+        return _activation_kind(self.quantize_activations, device, mode, self.int4_activations,
+                                getattr(self, f"{which}_mins") is not None, group_of(data, scales, mode))  # fmt: skip
 
     def activation_groups(self) -> tuple[int, int]:
         """Inputs per activation scale of the w8a8 kernels (gate_up, down): their K step."""
@@ -262,13 +272,16 @@ class QuantizedExperts(nn.Module):
     ) -> torch.Tensor:
         """The torch path: one dequantized expert at a time (CPU, and the kernels' reference).
 
-        `activations` "int8" / "fp8" rounds the input of each matmul whose weights are of that kind as the w8a8
-        kernels do (the reference for them); a projection in another mode keeps its input as it is.
+        `activations` "int8" / "fp8" rounds the input of each matmul the fused kernels would round to that kind
+        (`_activations`: weights of that kind, or int4 taking int8 activations) as they do (the reference for
+        them); any other projection keeps its input as it is.
         """
         gate_up_group, down_group = self.activation_groups() if activations != "none" else (0, 0)
         gate_up_activations, down_activations = (
-            activations if self.mode_of(which) == activations else "none" for which in ("gate_up", "down")
-        )
+            activations if activations != "none" and self._activations(which, hidden_states.device) == activations
+            else "none"
+            for which in ("gate_up", "down")
+        )  # fmt: skip
         top_k = top_k_index.shape[-1]
         output = torch.zeros_like(hidden_states)  # [T, H]
         flat_experts = top_k_index.reshape(-1)  # [T*K]
@@ -313,10 +326,16 @@ def _fake_quantized(rows: torch.Tensor, group: int, activations: str) -> torch.T
     return dequantize_activations(codes, scales).to(rows.dtype)
 
 
-def _activation_kind(quantize_activations: bool, device: torch.device, mode: str) -> str:
-    """What the fused kernels do with activations: the weights' own 8-bit kind (w8a8) where supported, else none."""
+def _activation_kind(quantize_activations: bool, device: torch.device, mode: str, int4_activations: str = "none",
+                     affine: bool = False, group: int = 0) -> str:  # fmt: skip
+    """What the fused kernels do with activations: the weights' own 8-bit kind (w8a8) where supported; int8 for
+    symmetric int4 in whole 64-input groups when asked (w4a8); else none."""
+    from ..kernels.expert_kernels import INT4_BLOCK_K
     from ..kernels.fused_moe import w8a8_supported
 
+    if mode == "int4":
+        w4a8 = int4_activations == "int8" and not affine and group % INT4_BLOCK_K == 0
+        return "int8" if w4a8 and w8a8_supported(device, "int8") else "none"
     return mode if quantize_activations and w8a8_supported(device, mode) else "none"
 
 
@@ -362,6 +381,8 @@ class QuantizedLinear(nn.Module):
         """auto: the fused dequant-GEMM on CUDA where it applies, else dequantize + F.linear."""
         self.quantize_activations = True
         """8-bit modes on the fused path: activations quantized per row in the kernel (w8a8) where the card takes them."""
+        self.int4_activations = "none"
+        """"int8": symmetric int4 on the fused path meets activations quantized per row (w4a8)."""
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, mode: str, group_size: int) -> QuantizedLinear:
@@ -392,7 +413,7 @@ class QuantizedLinear(nn.Module):
     def _form(self) -> tuple:
         parts = tuple(None if t is None else (t.dtype, t.shape[:-1]) for t in self._parts())
         return (self.mode, self.in_features, self.weight_data.dtype, self.weight_scales.dtype,
-                self.weight_scales.shape[:-1], parts, self.backend, self.quantize_activations)
+                self.weight_scales.shape[:-1], parts, self.backend, self.quantize_activations, self.int4_activations)
 
     def _parts(self) -> tuple[torch.Tensor | None, ...]:
         return tuple(getattr(self, f"weight_{part}") for part in _OPTIONAL_PARTS)
@@ -401,13 +422,17 @@ class QuantizedLinear(nn.Module):
         group = group_of(self.weight_data, self.weight_scales, self.mode)
         return _use_fused(self.backend, device, ((self.mode, group, self.in_features),))
 
+    def activations(self, device: torch.device) -> str:
+        """What the fused kernel does with the input (`_activation_kind`)."""
+        return _activation_kind(self.quantize_activations, device, self.mode, self.int4_activations,
+                                self.weight_mins is not None, group_of(self.weight_data, self.weight_scales, self.mode))
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self._runs_fused(x.device):
             from ..kernels.fused_moe import fused_linear
 
-            activations = _activation_kind(self.quantize_activations, x.device, self.mode)
             return fused_linear(x, self.weight_data, self.weight_scales, self.mode, mins=self.weight_mins,
-                                activations=activations, super_scales=self.weight_super_scales,
+                                activations=self.activations(x.device), super_scales=self.weight_super_scales,
                                 super_mins=self.weight_super_mins)
         return nn.functional.linear(x, self.unpacked(x.dtype))
 
@@ -453,7 +478,7 @@ class StackedLinears:
         assert not gated or (len(self.widths) == 2 and self.widths[0] == self.widths[1]), "gated: a gate and an up"
         mins, super_scales, super_mins = self.parts
         out = fused_linear(x, self.data, self.scales, first.mode, mins=mins,
-                           activations=_activation_kind(first.quantize_activations, x.device, first.mode),
+                           activations=first.activations(x.device),
                            super_scales=super_scales, super_mins=super_mins, gated=gated)  # fmt: skip
         if gated:
             return out
@@ -461,13 +486,15 @@ class StackedLinears:
 
 
 def quantize_model(
-    model: nn.Module, mode: Mode, *, group_size: int = DEFAULT_GROUP_SIZE
+    model: nn.Module, mode: Mode, *, group_size: int = DEFAULT_GROUP_SIZE, int4_activations: str = "none"
 ) -> QuantizationReport:
     """Quantize `model` (a DiffusionGemmaForBlockDiffusion) in place; the old weights are freed.
 
     Call after the model is on its device: quantizing on the GPU is fast and the
-    bf16 tensors leave memory as each module is replaced.
+    bf16 tensors leave memory as each module is replaced. `int4_activations="int8"`
+    sets every int4 module's `int4_activations` (w4a8; benches only so far).
     """
+    assert int4_activations in ("none", "int8"), f"int4 activations are none or int8, got {int4_activations!r}"
     assert mode in MODES, f"quantization must be one of {MODES}, got {mode!r}"
     experts_groups, linear_groups = _quantizable_modules(model)
     expert_before = sum(
@@ -493,6 +520,7 @@ def quantize_model(
         while experts_groups:
             modules = experts_groups.pop()
             quantized = QuantizedExperts.from_experts(modules[0][1], mode, group_size)
+            quantized.int4_activations = int4_activations
             expert_after += quantized.resident_bytes()
             for name, _ in modules:
                 _replace_module(model, name, quantized)
@@ -500,6 +528,7 @@ def quantize_model(
         while linear_groups:
             modules = linear_groups.pop()
             quantized = QuantizedLinear.from_linear(modules[0][1], mode, group_size)
+            quantized.int4_activations = int4_activations
             linear_after += quantized.resident_bytes()
             for name, _ in modules:
                 _replace_module(model, name, quantized)

@@ -28,3 +28,19 @@ def test_bench_step_full_scale_refuses_without_cuda():
 
     args = argparse.Namespace(scale="full", modes="int4", steps=16, repeats=1, device="cpu", json=False)
     assert step_gpu.run(args) == 2
+
+
+def test_bench_step_runs_the_bench_only_w4a8_mode_with_every_int4_module_taking_int8_activations():
+    """`--modes int4-w4a8`: int4 weights whose modules quantize activations into the MMA (in Triton's interpreter
+    here, through the product's whole step), measured beside int4 until a GPU shows its agreement."""
+    from dgemma_lsp.bench import quant_gpu
+    from dgemma_lsp.engine.model.tiny_model import build_tiny_model
+
+    report = step_gpu.run_benchmark("tiny", "cpu", ["int4-w4a8"], steps=1, repeats=1)
+    assert [(f.mode, f.fused) for f in report.figures] == [("int4-w4a8", True)]
+    model = build_tiny_model()
+    quant_gpu.quantize_bench_mode(model, "int4-w4a8")
+    kinds = [m.int4_activations for m in model.modules() if hasattr(m, "int4_activations")]
+    assert kinds and set(kinds) == {"int8"}
+    quant_gpu.quantize_bench_mode(model := build_tiny_model(), "int4")
+    assert {m.int4_activations for m in model.modules() if hasattr(m, "int4_activations")} == {"none"}

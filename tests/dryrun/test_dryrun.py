@@ -132,6 +132,18 @@ def test_the_steps_matrix_flops_are_the_hand_count_and_transformers_decoders(unf
     assert fused.compute_floor_ms_per_step == round(sum(by_op.values()) / h100.tensor_flops_per_s["bf16"] * 1e3, 2)
 
 
+def test_int4_with_int8_activations_moves_the_projections_and_experts_to_the_int8_rate(unfused_and_fused):
+    """The bench-only `int4-w4a8` layout: the same work as int4, its dense and expert products in int8 (the
+    activations quantized into the MMA), the table GEMMs, the router and attention still bf16."""
+    _, int4 = unfused_and_fused
+    w4a8 = dryrun.run_dryrun(gpus=(dryrun.GPUS[2],), modes=("int4-w4a8",), prompts=(160,), candidates=(1,),
+                             config=diffusion_config(TINY)).runs[0]  # fmt: skip
+    assert w4a8.error is None and w4a8.matmul_flops_by_op == int4.matmul_flops_by_op
+    by_op = int4.matmul_flops_by_op
+    int8 = by_op["dense (dgemma::expert_gemm)"] + by_op["experts (dgemma::expert_gemm)"]
+    assert w4a8.matmul_flops_per_step == {"int8": int8, "bf16": sum(by_op.values()) - int8}, w4a8
+
+
 def test_peak_holds_the_weights_plus_the_requests_cache_and_grows_with_candidates(tiny_report):
     runs = {(r.gpu, r.mode, r.prompt_tokens, r.candidates): r for r in tiny_report.runs}
     for (gpu, mode, prompt, candidates), run in runs.items():

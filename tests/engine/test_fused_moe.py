@@ -338,6 +338,35 @@ def test_w4a8_dense_gemm_equals_the_reference_at_k_704(gated, swap):
     torch.testing.assert_close(fused, reference, rtol=1e-4, atol=1e-4)
 
 
+def test_int4_modules_take_int8_activations_only_when_asked_and_only_in_whole_64_input_groups():
+    """The product switch (`int4_activations`, set by `quantize_model`): off by default, int4 modules run w4a16;
+    on, their fused forwards round activations per row per 64 inputs (w4a8) as their own torch reference does;
+    a module in groups finer than 64 inputs stays w4a16 rather than rounding wrongly."""
+    generator = torch.Generator().manual_seed(47)
+    model = build_tiny_model()
+    quantize_model(model, "int4", group_size=W4A8_GROUP, int4_activations="int8")
+    experts = model.model.decoder.layers[0].experts
+    linear = model.model.decoder.layers[0].self_attn.q_proj
+    assert experts.int4_activations == linear.int4_activations == "int8"
+    hidden = torch.randn(2 * CANVAS, experts.gate_up_data.shape[-1] * 4, generator=generator)
+    index, weights = _routing(hidden.shape[0], 2, generator, experts=experts.num_experts)
+    with torch.no_grad():
+        experts.backend = linear.backend = "triton"
+        w4a8 = experts(hidden, index, weights)
+        torch.testing.assert_close(w4a8, experts.forward_loop(hidden, index, weights, activations="int8"),
+                                   **FP32_TOLERANCE)  # fmt: skip
+        rounded = dequantize_activations(*quantize_activations(hidden, W4A8_GROUP, "int8"))
+        torch.testing.assert_close(linear(hidden), rounded @ linear.unpacked(torch.float32).T, **FP32_TOLERANCE)
+        experts.int4_activations = linear.int4_activations = "none"  # the default: bf16 activations
+        w4a16 = experts(hidden, index, weights)
+        torch.testing.assert_close(w4a16, experts.forward_loop(hidden, index, weights), **FP32_TOLERANCE)
+        torch.testing.assert_close(linear(hidden), hidden @ linear.unpacked(torch.float32).T, **FP32_TOLERANCE)
+    assert not torch.allclose(w4a8, w4a16, **FP32_TOLERANCE)  # the switch did round
+    fine = QuantizedLinear.from_linear(nn.Linear(128, 16, bias=False), "int4", 32)
+    fine.int4_activations = "int8"
+    assert fine.activations(torch.device("cpu")) == "none" and linear.activations(torch.device("cpu")) == "none"
+
+
 def test_w4a8_takes_symmetric_int4_in_whole_k_blocks_only():
     """Affine int4 (a min per group times the activations' sum) and scale groups finer than the 64-input int8
     dot stay w4a16: the launch refuses them rather than rounding wrongly."""

@@ -128,12 +128,13 @@ def launch_settings_for(n: int, block_m: int, crowded: bool = False) -> LaunchSe
 
     Heuristic: tokens on the MMA's N side and 64 weight rows per program (one Hopper warpgroup's
     MMA M), and 4 warps: the weight tile is the MMA's first operand, unpacked in the registers of the
-    warps that hold its rows, and 64 rows are all 4 warps' (16 each; one warpgroup on sm_90). An 8-warp
-    program splits the tokens between two warp columns that each unpack the whole tile: 1.1-2.3x the
-    K loop's instructions a weight (bench/device/compile_kernels.py, which reads the loop from the
-    cubin). 8 warps only for `crowded` launches (affine int4's mins, 8-bit weights under 16-bit
-    activations) at 64-row blocks, where 4 warps spill on sm_89/90/120. The interpreter's cost grows
-    with tile size: tiny tiles there.
+    warps that hold its rows (on sm_90 one warpgroup, 16 rows a warp; on sm_89 / sm_120 Triton lays 4
+    warps 2 x 2 over a 64 x 32 tile, and 2 warps would issue only 16% fewer instructions a weight). An
+    8-warp program adds warp columns over the tokens that unpack the tile again: 1.1-2.3x the K loop's
+    instructions a weight (bench/device/compile_kernels.py, which reads the loop from the cubin). 8 warps
+    only for `crowded` launches (affine int4's mins, 8-bit weights under 16-bit activations) at 64-row
+    blocks, where 4 warps spill on sm_89/90/120. The interpreter's cost grows with tile size: tiny tiles
+    there.
     """
     chosen = _SETTINGS.get() or LaunchSettings()
     block_n = (32 if n >= 32 else _MIN_DOT) if interpreting() else 64

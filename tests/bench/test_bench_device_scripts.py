@@ -55,17 +55,23 @@ def test_the_step_profile_times_the_step_and_names_the_operators():
     assert re.search(r"fused vs transformers' decoder: max \|diff\| \S+ .*argmax agreement 100.0%", out), out
 
 
+def _compile_kernels(variant: str):
+    """compile_kernels.py for one variant at 256 tokens on every target card: (the run, its lines), PASS checked."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(DEVICE_SCRIPTS / "compile_kernels.py"), "--variants", variant,
+                           "--tokens", "256"], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines[-1] == "compile: PASS"
+    return done, lines
+
+
 def test_the_expert_kernels_build_for_every_target_card_without_spills():
     """Ahead-of-time compile (Triton's own ptxas, no GPU): the inline PTX assembles, the product's int4
     launches keep their registers and use the card's tensor-core MMA (wgmma on sm_90), and no warp unpacks
     weights another warp unpacks too: at most 0.2 warp instructions a weight in the K loop (8-warp programs on
     a 64-row weight tile issued 0.38-0.46, two warp columns each unpacking the whole tile)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(DEVICE_SCRIPTS / "compile_kernels.py"), "--variants", "int4",
-                           "--tokens", "256"], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    assert lines[-1] == "compile: PASS"
+    done, lines = _compile_kernels("int4")
     for arch, mma in (("sm_89", "HMMA"), ("sm_90", "HGMMA"), ("sm_120", "HMMA")):
         for launch in ("gate_up", "down", "qkv", "qkv-full", "mlp"):
             assert any(line.startswith(f"{arch} int4") and launch in line and f"'{mma}'" in line and "spill   0" in line
@@ -77,12 +83,7 @@ def test_the_expert_kernels_build_for_every_target_card_without_spills():
 def test_int4_weights_under_int8_activations_build_with_the_int8_mma_without_spills():
     """w4a8 (int4 codes unpacked to an int8 tile for the int8 MMA): every launch of the layer and the dense
     projections builds on every target card with IMMA (IGMMA, wgmma, on sm_90) and keeps its registers."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run([sys.executable, str(DEVICE_SCRIPTS / "compile_kernels.py"), "--variants", "int4-w4a8",
-                           "--tokens", "256"], capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = done.stdout.splitlines()
-    assert lines[-1] == "compile: PASS"
+    done, lines = _compile_kernels("int4-w4a8")
     for arch, mma in (("sm_89", "IMMA"), ("sm_90", "IGMMA"), ("sm_120", "IMMA")):
         for launch in ("gate_up", "down", "qkv", "qkv-full", "mlp"):
             assert any(line.startswith(f"{arch} int4-w4a8") and f" {launch} " in line and f"'{mma}'" in line

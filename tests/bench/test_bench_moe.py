@@ -10,12 +10,18 @@ import pytest
 USES_TRITON_INTERPRETER = True  # tests/conftest.py keeps TRITON_INTERPRET for this module's tests
 
 
-def test_bench_moe_json_meets_the_op_and_error_targets():
+def _bench_moe_tiny(variants: str | None = None) -> dict:
+    """`bench moe --json` on the tiny layer at 64 tokens in Triton's interpreter (all product modes, or
+    `variants`): its report."""
     command = [sys.executable, "-m", "dgemma_lsp.server.cli", "bench", "moe", "--json", "--tokens", "64"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
+    done = subprocess.run(command + (["--variants", variants] if variants else []), capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
     assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_bench_moe_json_meets_the_op_and_error_targets():
+    report = _bench_moe_tiny()
     assert set(report["modes"]) == {"int4", "int8", "fp8"}
     for figure in report["modes"].values():
         assert figure["backend"] == "triton-interpreter"
@@ -37,12 +43,7 @@ def test_bench_moe_times_the_gguf_q4_k_m_layout_against_its_own_dequantized_weig
     -dmin, int8 down with an fp16 scale per 32 and int8 activations): the kernels agree with the fp32 loop on
     the same weights, the format costs less than symmetric int4 in groups of 128, and the floor counts
     every byte of it."""
-    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "bench", "moe", "--json", "--tokens", "64",
-               "--variants", "int4,gguf-q4_k_m"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = _bench_moe_tiny("int4,gguf-q4_k_m")
     figure = report["variants"]["gguf-q4_k_m"]
     assert figure["backend"] == "triton-interpreter" and figure["tritonLaunches"] >= 3
     assert figure["maxRelError"] <= report["targets"]["maxRelError"]
@@ -96,12 +97,7 @@ def test_bench_moe_runs_int4_weights_under_int8_activations_beside_int4():
     """int4-w4a8 (the int4 weights, activations quantized to int8 per row in the kernels: the int8 MMA) agrees with
     its fp32 loop on the same weights with the same activation rounding, costs next to nothing beyond int4's own
     error against the unquantized weights, and is not the int4 launch under another name (its rounding shows)."""
-    command = [sys.executable, "-m", "dgemma_lsp.server.cli", "bench", "moe", "--json", "--tokens", "64",
-               "--variants", "int4,int4-w4a8"]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TRITON_INTERPRET": "1"})  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    report = _bench_moe_tiny("int4,int4-w4a8")
     int4, w4a8 = report["variants"]["int4"], report["variants"]["int4-w4a8"]
     assert w4a8["backend"] == "triton-interpreter" and w4a8["tritonLaunches"] == int4["tritonLaunches"] == 3
     assert w4a8["maxRelError"] <= report["targets"]["maxRelError"]

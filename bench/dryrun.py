@@ -46,6 +46,7 @@ from collections.abc import Iterator
 
 import msgspec
 
+from .quant_gpu import W4A8_MODES
 from .report import say, write_report
 
 GIB = 1024**3
@@ -582,7 +583,7 @@ def load_fake(skeleton, layout, mode: str):
         # What a shard read gives: a host tensor in the checkpoint's dtype.
         filler.put(name, lambda shape=shape, dtype=dtype: torch.empty(shape, dtype=dtype))
     filler.finish("the dry run's fake checkpoint")
-    if mode == "int4-w4a8":
+    if mode in W4A8_MODES:  # bench-only: int4 modules taking int8 activations (quantize_bench_mode's switch)
         for module in skeleton.modules():
             if hasattr(module, "int4_activations"):
                 module.int4_activations = "int8"

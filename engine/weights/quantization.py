@@ -247,11 +247,11 @@ class QuantizedExperts(nn.Module):
             gate_up_data=self.gate_up_data, gate_up_scales=self.gate_up_scales, gate_up_mins=self.gate_up_mins,
             down_data=self.down_data, down_scales=self.down_scales, down_mins=self.down_mins,
             mode=self.mode, down_mode=self.down_mode,
-            activations=self._activations("gate_up", device), down_activations=self._activations("down", device),
+            activations=self.activations("gate_up", device), down_activations=self.activations("down", device),
             gate_up_super=self._super("gate_up"), down_super=self._super("down"), into=into,
         )  # fmt: skip
 
-    def _activations(self, which: str, device: torch.device) -> str:
+    def activations(self, which: str, device: torch.device) -> str:
         """What the fused kernels do with projection `which`'s input (`_activation_kind`)."""
         mode, data, scales = self.mode_of(which), getattr(self, f"{which}_data"), getattr(self, f"{which}_scales")
         return _activation_kind(self.quantize_activations, device, mode, self.int4_activations,
@@ -273,12 +273,12 @@ class QuantizedExperts(nn.Module):
         """The torch path: one dequantized expert at a time (CPU, and the kernels' reference).
 
         `activations` "int8" / "fp8" rounds the input of each matmul the fused kernels would round to that kind
-        (`_activations`: weights of that kind, or int4 taking int8 activations) as they do (the reference for
+        (`activations`: weights of that kind, or int4 taking int8 activations) as they do (the reference for
         them); any other projection keeps its input as it is.
         """
         gate_up_group, down_group = self.activation_groups() if activations != "none" else (0, 0)
         gate_up_activations, down_activations = (
-            activations if activations != "none" and self._activations(which, hidden_states.device) == activations
+            activations if activations != "none" and self.activations(which, hidden_states.device) == activations
             else "none"
             for which in ("gate_up", "down")
         )  # fmt: skip

@@ -18,7 +18,8 @@ many times each weight is unpacked (once per row block that reads it: the tokens
 launch; for the experts, the blocks of an expert under uniform random top-k routing). Against each card's issue
 rate (SMs x 4 schedulers x boost clock) and its memory bandwidth, `issue/read` is the time to issue the loop's
 instructions for every unpack over the time to read the weights once from memory: above 1 the launch cannot
-reach the weight-read floor even issuing every cycle. A lower bound, not a timing: stalls come on top
+reach the weight-read floor even issuing every cycle. Summed over a denoising step (`LAYERS_PER_STEP`), the
+step's GEMMs' issue-bound time per card, experts and dense apart. A lower bound, not a timing: stalls come on top
 (the first-generation int4 kernel issued 0.50 instructions a weight and ran at ~31% of that bound on an H200;
 bench/RESULTS.md).
 
@@ -46,9 +47,11 @@ from triton.runtime.jit import native_specialize_impl
 from dgemma_lsp.engine.kernels import expert_kernels, fused_moe, quant_formats
 
 FULL = dict(experts=128, top_k=8, hidden=2816, width=704, group=128)
-DENSE = {"qkv": 16 * 256 + 2 * 8 * 256, "qkv-full": 16 * 512 + 2 * 512, "mlp": 2112}
-"""Output columns of the step's stacked dense launches (`StackedLinears`): a sliding layer's q/k/v, a full-attention
-layer's q/k (its v is k), and the dense MLP's gated gate/up (its width; the weight holds twice as many rows)."""
+DENSE = {"qkv": (16 * 256 + 2 * 8 * 256, 2816), "qkv-full": (16 * 512 + 2 * 512, 2816), "mlp": (2112, 2816),
+         "o": (2816, 16 * 256), "o-full": (2816, 16 * 512), "mlp-down": (2816, 2112)}
+"""(output columns, inputs) of each dense launch of a layer: a sliding layer's stacked q/k/v (`StackedLinears`), a
+full-attention layer's q/k (its v is k), the dense MLP's gated gate/up (its width; the weight holds twice as many
+rows), each attention kind's o_proj and the dense MLP's down."""
 VARIANTS = {
     # name: (weights, activations, asm) of both launches, or ((gate_up's), (down's), asm)
     "int4": ("int4", "none", True),
@@ -62,6 +65,8 @@ VARIANTS = {
     "fp8-w8a16": ("fp8", "none", False),
     "gguf-q4_k_m": (("int4-q4k", "none"), ("int8-g32", "int8"), True),
 }
+LAYERS_PER_STEP = {"gate_up": 30, "down": 30, "qkv": 25, "qkv-full": 5, "mlp": 30, "o": 25, "o-full": 5, "mlp-down": 30}
+"""How many times a denoising step makes each launch: 30 layers, 25 sliding-window and 5 full-attention."""
 KERNEL_WEIGHTS = {"int4-q4k": "int4-affine", "int8-g32": "int8"}
 """The kernel's weight kind of a layout named here by what it holds (else the name itself)."""
 MMA = re.compile(r"\b([HIQ]G?MMA)\.")
@@ -96,9 +101,9 @@ def packed(weights: str, n: int, k: int, group: int, experts: int):
     return meta(experts, n, k // values, dtype=data_dtype), scales, mins, *supers
 
 
-def layer_launches(variant: tuple, tokens: int):
+def layer_launches(variant: tuple, tokens: int, arch: int):
     """(name, grid, args, kwargs) of the gate_up and down launches of one layer in `variant` (VARIANTS' value),
-    then the layer's stacked dense launches (`DENSE`) in the gate_up's form."""
+    then the layer's dense launches (`DENSE`) in the gate_up's form, as the product launches them on `arch`."""
     e, top_k, hidden, width, group = (FULL[k] for k in ("experts", "top_k", "hidden", "width", "group"))
     specs = variant[:2] if isinstance(variant[0], tuple) else (variant[:2], variant[:2])
     pairs = tokens * top_k
@@ -119,14 +124,16 @@ def layer_launches(variant: tuple, tokens: int):
             gated=name == "gate_up", super_scales=ss, super_mins=sm,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), routed_unpacks))
-    hidden_rows = meta(tokens, hidden)
-    for name, n in DENSE.items():  # dense: one launch for every token, in the gate_up's form
+    dense_weights, dense_activations = KERNEL_WEIGHTS.get(specs[0][0], specs[0][0]), specs[0][1]
+    for name, (n, k) in DENSE.items():  # dense: one launch for every token, in the gate_up's form
         gated = name == "mlp"
-        w, s, m, ss, sm = packed(specs[0][0], 2 * n if gated else n, hidden, group, 1)
+        w, s, m, ss, sm = packed(specs[0][0], 2 * n if gated else n, k, group, 1)
+        wgmma = arch == 90 and dense_weights == "int4" and dense_activations == "none"  # as fused_linear decides
+        block_m = fused_moe.dense_block_m(tokens, n, gated=gated, affine=m is not None, wgmma=wgmma)
         grid, args, kwargs = fused_moe.expert_gemm_launch(
-            hidden_rows, w, s, m, None, None, None, None, meta(tokens, n), num_rows=tokens, n=n, a_row_div=1,
-            out_row_div=1, block_m=fused_moe.dense_block_m(tokens, gated, m is not None), weights=KERNEL_WEIGHTS.get(specs[0][0], specs[0][0]),
-            activations=specs[0][1], gated=gated, super_scales=ss, super_mins=sm,
+            meta(tokens, k), w, s, m, None, None, None, None, meta(tokens, n), num_rows=tokens, n=n, a_row_div=1,
+            out_row_div=1, block_m=block_m, weights=dense_weights, activations=dense_activations, gated=gated,
+            super_scales=ss, super_mins=sm,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), -(-tokens // kwargs["BLOCK_M"])))
     return launches
@@ -225,7 +232,8 @@ def main() -> int:
             asm = VARIANTS[name][2]
             for tokens in (int(t) for t in args.tokens.split(",")):
                 with fused_moe.launch_settings(asm=asm):
-                    launches = layer_launches(VARIANTS[name], tokens)
+                    launches = layer_launches(VARIANTS[name], tokens, arch)
+                step = collections.defaultdict(float)  # (card, "experts" | "dense" | "read") -> seconds a step
                 for launch, grid, launch_args, kwargs, bytes_per_weight, unpacks in launches:
                     where = f"sm_{arch} {name:<13} {tokens:>4} tok {launch:<7}"
                     try:
@@ -238,6 +246,12 @@ def main() -> int:
                     failures += bad
                     per_weight, ratios = issue_figures(report, kwargs, bytes_per_weight, arch)
                     issue = " ".join(f"{card} {ratio * unpacks:.2f}" for card, ratio in ratios.items())
+                    weights = launch_args[1].numel() * (4 if launch_args[1].dtype == torch.int16 else 1)
+                    for card, sms, clock, bandwidth in CARDS.get(arch, ()):
+                        times = LAYERS_PER_STEP[launch]
+                        part = "experts" if launch in ("gate_up", "down") else "dense"
+                        step[card, part] += times * per_weight * unpacks * weights / (sms * 4 * clock)
+                        step[card, "read"] += times * weights * bytes_per_weight / bandwidth
                     print(f"{where} regs {report['registers']:>3} spill {report['stack']:>3} B smem "
                           f"{report['shared']:>6} B grid {grid[0]:>5} BLOCK_M {kwargs['BLOCK_M']} BLOCK_N "
                           f"{kwargs['BLOCK_N']} swap {kwargs['SWAP']:d} mma {report['mma']} 16-byte loads "
@@ -245,6 +259,11 @@ def main() -> int:
                           f"mma waits) {per_weight:.3f}/weight x {unpacks:.2f} unpacks issue/read {issue}"
                           f"{'  FAIL' if bad else ''}",
                           flush=True)  # fmt: skip
+                for card, *_ in CARDS.get(arch, ()):
+                    experts, dense, read = step[card, "experts"], step[card, "dense"], step[card, "read"]
+                    print(f"sm_{arch} {name:<13} {tokens:>4} tok step's GEMMs ({card}): issue-bound "
+                          f"{(experts + dense) * 1e3:.2f} ms (experts {experts * 1e3:.2f}, dense {dense * 1e3:.2f}), "
+                          f"their weights read once {read * 1e3:.2f} ms", flush=True)  # fmt: skip
     print("compile: PASS" if not failures else f"compile: FAIL ({failures})", flush=True)
     return 1 if failures else 0
 

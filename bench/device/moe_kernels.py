@@ -113,7 +113,7 @@ def stage_check(args) -> bool:
             pure = gate_up_outputs(packed["int4"], inputs, asm=False)
             ptx = gate_up_outputs(packed["int4"], inputs, asm=True)
             equal = torch.equal(pure, ptx) and bool(torch.isfinite(pure).all())
-            say(f"int4 unpack: inline PTX == bit ops, bit for bit: {equal}")
+            say(f"int4 unpack, scaled as unpacked: inline PTX == bit ops, bit for bit: {equal}")
             moe._variant_forward("int4-affine32", moe.VARIANTS["int4-affine32"], packed["int4"], experts, 128)
             affine = {k: v for k, v in packed["int4"].affine.items() if k.startswith("gate_up")}
             pure = gate_up_outputs(packed["int4"], inputs, asm=False, affine=affine)

@@ -19,7 +19,17 @@ block of BLOCK_N output columns), and why:
   runs in the interpreter, and the device script checks the two equal. Each
   code gives a `[BLOCK_N, 16]` tile of 16 *consecutive* inputs, so a K-block
   is four K=16 dots with no shuffle of the activations.
-- scales are applied to the fp32 partial sum once per group, never to the
+- symmetric int4 with one scale per K-block (`SCALE_WEIGHTS`: groups of 64 or
+  more, one level; the product's int4): each code is multiplied by its
+  column's bf16 scale as it is unpacked, one more `fma.rn.bf16x2` a pair, so
+  the tile is exactly `dequantize(..., bfloat16)`'s weight (q * s is exact
+  in fp32 and rounds once either way) and the dots accumulate straight into
+  the output's registers. The alternative, scaling each group's fp32
+  partial sum, costs a multiply-add per output element per K-block (it grows
+  with BLOCK_M: 4 row blocks of a 256-token dense launch pay it 4 times) and
+  on Hopper a wait for every partial wgmma; the weight side costs the same
+  whatever the rows (bench/device/compile_kernels.py counts both).
+- otherwise scales are applied to the fp32 partial sum once per group, never to the
   weights: the integers -8..7 are exact in bf16, so the products are exact
   and a group's dots accumulate unscaled (the scale hoisted out of the
   inner loop). Affine int4 (weight = scale * code + min, the form GGUF /
@@ -151,6 +161,87 @@ def _int4_codes_asm(words, SYMMETRIC: tl.constexpr):
 
 
 @triton.jit
+def _int4_scaled_codes_asm(words, scales):
+    """`_int4_codes_asm`'s symmetric values times `scales` (bf16, one per word, broadcast over its codes), each
+    product rounded once: q = (128 + c) * 1 - 136 exactly, then q * s + -0.0 in one more `fma.rn.bf16x2` a pair
+    (sm80+; `mul.bf16x2` is sm90 only, and fma(128 + c, s, -136 s) would round twice)."""
+    return tl.inline_asm_elementwise(
+        asm="""
+        {
+        .reg .b32 shifted, one, bias, zero;
+        mov.b32 one, 0x3F803F80;
+        mov.b32 bias, 0xC308C308;
+        mov.b32 zero, 0x80008000;
+        lop3.b32 $0, $4, 0x000F000F, 0x43004300, 0xEA;
+        fma.rn.bf16x2 $0, $0, one, bias;
+        fma.rn.bf16x2 $0, $0, $5, zero;
+        shr.b32 shifted, $4, 4;
+        lop3.b32 $1, shifted, 0x000F000F, 0x43004300, 0xEA;
+        fma.rn.bf16x2 $1, $1, one, bias;
+        fma.rn.bf16x2 $1, $1, $5, zero;
+        shr.b32 shifted, $4, 8;
+        lop3.b32 $2, shifted, 0x000F000F, 0x43004300, 0xEA;
+        fma.rn.bf16x2 $2, $2, one, bias;
+        fma.rn.bf16x2 $2, $2, $5, zero;
+        shr.b32 shifted, $4, 12;
+        lop3.b32 $3, shifted, 0x000F000F, 0x43004300, 0xEA;
+        fma.rn.bf16x2 $3, $3, one, bias;
+        fma.rn.bf16x2 $3, $3, $5, zero;
+        }
+        """,
+        constraints="=r,=r,=r,=r,r,r",
+        args=[words, scales],
+        dtype=(tl.bfloat16, tl.bfloat16, tl.bfloat16, tl.bfloat16),
+        is_pure=True,
+        pack=2,
+    )
+
+
+@triton.jit
+def _int4_scaled_tiles(words, scale, SWAP: tl.constexpr, ASM: tl.constexpr, ROUND_BF16: tl.constexpr,
+                       FP32_MATH: tl.constexpr):  # fmt: skip
+    """The four symmetric tiles of `_int4_tiles` times their column's scale `[BLOCK_N]`: `dequantize`'s weights.
+
+    ROUND_BF16 (bf16 activations): each product rounded once to bf16, as `dequantize(..., bfloat16)` rounds it;
+    else kept in fp32, where it is exact. In the dot's dtype: bf16 on CUDA, fp32 under FP32_MATH."""
+    if SWAP:
+        scales = tl.broadcast_to(scale[:, None], words.shape)
+    else:
+        scales = tl.broadcast_to(scale[None, :], words.shape)
+    if ASM and ROUND_BF16:
+        tiles = _int4_scaled_codes_asm(words, scales.to(tl.bfloat16))
+    else:
+        values = _int4_tiles(words, True, False, True)  # fp32 q, exact
+        factor = scales.to(tl.float32)
+        t0 = values[0] * factor
+        t1 = values[1] * factor
+        t2 = values[2] * factor
+        t3 = values[3] * factor
+        if ROUND_BF16 and FP32_MATH:  # the interpreter's fp32 -> bf16 conversion truncates: round here
+            t0 = _round_to_bf16(t0)
+            t1 = _round_to_bf16(t1)
+            t2 = _round_to_bf16(t2)
+            t3 = _round_to_bf16(t3)
+        elif ROUND_BF16:
+            t0 = t0.to(tl.bfloat16)
+            t1 = t1.to(tl.bfloat16)
+            t2 = t2.to(tl.bfloat16)
+            t3 = t3.to(tl.bfloat16)
+        tiles = (t0, t1, t2, t3)
+    return tiles
+
+
+@triton.jit
+def _round_to_bf16(x):
+    """Finite fp32 rounded to the nearest-even bf16 value, kept in fp32: for the interpreter only, whose fp32 -> bf16
+    conversion truncates (a CUDA conversion rounds to nearest even, as this does): add 0x7FFF plus the kept
+    lowest bit, then clear the 16 dropped bits."""
+    bits = x.to(tl.int32, bitcast=True)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return rounded.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def _int4_tiles(words, SYMMETRIC: tl.constexpr, ASM: tl.constexpr, FP32_MATH: tl.constexpr):
     """The four `[.., 16]`-input weight tiles held by a tile of int16 words (code j = inputs 16j..16j+15)."""
     if ASM:
@@ -276,6 +367,15 @@ def _dot(w, a, SWAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _dot_into(w, a, acc, SWAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
+    """acc + `_dot(w, a)`, accumulated by the matrix instruction itself (no partial sum to add)."""
+    if SWAP:
+        return tl.dot(w, a, acc=acc, input_precision=DOT_PRECISION)
+    else:
+        return tl.dot(a, w, acc=acc, input_precision=DOT_PRECISION)
+
+
+@triton.jit
 def _round_to_e4m3(x):
     """fp32 rounded to the nearest-even e4m3 value (|x| <= 448), in fp32 arithmetic.
 
@@ -389,6 +489,8 @@ def expert_gemm_kernel(
     ROUTE_WEIGHTED: tl.constexpr,
     SWAP: tl.constexpr,
     ASM: tl.constexpr,
+    SCALE_WEIGHTS: tl.constexpr,  # symmetric int4 (w4a16), one scale per K-block: scaled as unpacked
+    ROUND_BF16: tl.constexpr,  # SCALE_WEIGHTS under bf16 activations: scaled weights rounded to bf16
     FP32_MATH: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -450,7 +552,24 @@ def expert_gemm_kernel(
     up_w_offset = N * stride_wn  # GATED: the up rows follow the N gate rows
     up_s_offset = N * stride_sn
     for k0 in range(0, K, BLOCK_K):
-        if W4A16:
+        if SCALE_WEIGHTS:
+            # One K-block, one scale per column: tiles scaled as they are unpacked, dots into the output.
+            group_offset = (k0 // GROUP) * stride_sg
+            scale = tl.load(s_ptrs + group_offset, mask=n_valid, other=0)
+            tiles = _int4_scaled_tiles(tl.load(w_ptrs, mask=w_mask, other=0), scale, SWAP, ASM, ROUND_BF16,
+                                       FP32_MATH)  # fmt: skip
+            if GATED:
+                scale_up = tl.load(s_ptrs + up_s_offset + group_offset, mask=n_valid, other=0)
+                tiles_up = _int4_scaled_tiles(tl.load(w_ptrs + up_w_offset, mask=w_mask, other=0), scale_up, SWAP,
+                                              ASM, ROUND_BF16, FP32_MATH)  # fmt: skip
+            for j in tl.static_range(4):
+                a = tl.load(a_ptrs + (k0 + 16 * j) * stride_ak, mask=a_mask, other=0.0)
+                if FP32_MATH:
+                    a = a.to(tl.float32)
+                acc = _dot_into(tiles[j].to(a.dtype), a, acc, SWAP, DOT_PRECISION)
+                if GATED:
+                    acc_up = _dot_into(tiles_up[j].to(a.dtype), a, acc_up, SWAP, DOT_PRECISION)
+        elif W4A16:
             # One K-block: 16 words per row, 4 codes each = 64 inputs in four 16-input tiles.
             tiles = _int4_tiles(tl.load(w_ptrs, mask=w_mask, other=0), WEIGHTS == 1, ASM, FP32_MATH)
             if GATED:

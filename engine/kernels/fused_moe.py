@@ -104,6 +104,9 @@ class LaunchSettings:
     """Tokens on the MMA's N side (the weight tile is the dot's first operand)."""
     asm: bool | None = None
     """int4: unpack with inline PTX (CUDA only) instead of Triton bit ops."""
+    scale_weights: bool | None = None
+    """Symmetric int4 under 16-bit activations, one scale per K-block: scale the weights as they are unpacked
+    (default) rather than each group's partial sum (`expert_kernels`)."""
     num_warps: int | None = None
     num_stages: int | None = None
 
@@ -142,9 +145,14 @@ def launch_settings_for(n: int, block_m: int, crowded: bool = False) -> LaunchSe
         block_n=chosen.block_n or block_n,
         swap=True if chosen.swap is None else chosen.swap,
         asm=(not interpreting()) if chosen.asm is None else chosen.asm,
+        scale_weights=True if chosen.scale_weights is None else chosen.scale_weights,
         num_warps=chosen.num_warps or (8 if crowded and block_m >= 64 else 4),
         num_stages=chosen.num_stages,
     )
+
+
+HOPPER_SMS = 132
+"""Streaming multiprocessors of an H100 SXM or H200, the sm_90 cards a launch is sized for."""
 
 
 def block_k_for(group: int) -> int | None:
@@ -361,7 +369,9 @@ def fused_linear(
     in_features = x.shape[-1]
     out_features = data.shape[0] // 2 if gated else data.shape[0]
     rows = x.reshape(-1, in_features)  # [M, K]
-    block_m = dense_block_m(rows.shape[0], gated, affine=mins is not None)
+    wgmma = (mode == "int4" and mins is None and super_scales is None and activations == "none"
+             and x.dtype == torch.bfloat16 and x.device.type == "cuda" and _capability(x.device.index) == (9, 0))
+    block_m = dense_block_m(rows.shape[0], out_features, gated=gated, affine=mins is not None, wgmma=wgmma)
     output = torch.ops.dgemma.expert_gemm(
         rows, data.unsqueeze(0), scales.unsqueeze(0), None if mins is None else mins.unsqueeze(0), None, None,
         None, None, num_rows=rows.shape[0], out_rows=rows.shape[0], n=out_features, a_row_div=1, out_row_div=1,
@@ -372,11 +382,26 @@ def fused_linear(
     return output.view(*x.shape[:-1], out_features)
 
 
-def dense_block_m(rows: int, gated: bool = False, affine: bool = False) -> int:
-    """Rows per program of a dense (unrouted) launch: 64, or 32 for a gated launch of affine int4 (64 spills on
-    sm_90 / sm_120 with Q4_K's two-level scales; bench/device/compile_kernels.py). Each program unpacks its weight
-    tile once for its rows, so at a 256-token canvas 64-row blocks unpack every weight 4 times, 32-row ones 8."""
-    return 16 if rows <= 16 else 32 if (gated and affine) or interpreting() else 64
+def dense_block_m(rows: int, n: int, *, gated: bool = False, affine: bool = False, wgmma: bool = False) -> int:
+    """Rows per program of a dense (unrouted) launch of `n` output columns. Each program unpacks its weight tile
+    once for its rows, so at a 256-token canvas 64-row blocks unpack every weight 4 times, 32-row ones 8.
+
+    64, or 32 for a gated launch of affine int4 (64 spills on sm_90 / sm_120 with Q4_K's two-level scales).
+    `wgmma` (symmetric int4 under bf16 activations on sm_90): 128 where the launch still has a program for each
+    of an H100's or H200's 132 SMs. One Hopper wgmma takes 128 token columns in one instruction and the weights
+    are scaled as they are unpacked, so the K loop stays as long while each weight is unpacked half as often (q/k/v
+    at 256 tokens: 190 -> 180 instructions an iteration, 4 -> 2 unpacks). Not on sm_89 / sm_120, whose mma.sync
+    count doubles with the rows (0.168 x 4 -> 0.392 x 2 instructions a weight), nor where the grid would leave
+    SMs idle (the gated MLP and o_proj at 256 tokens). bench/device/compile_kernels.py reads all of it."""
+    if rows <= 16:
+        return 16
+    if (gated and affine) or interpreting():
+        return 32
+    if wgmma:
+        for block in (128,) if gated else (256, 128):  # a gated 256-row block spills: two accumulators
+            if rows >= block and -(-rows // block) * -(-n // launch_settings_for(n, block).block_n) >= HOPPER_SMS:
+                return block
+    return 64
 
 
 def _weight_kind(mode: str, mins: torch.Tensor | None) -> str:
@@ -462,6 +487,9 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
     crowded = weights == "int4-affine" or (activations == "none" and weights in ("int8", "fp8"))
     settings = launch_settings_for(n, block_m, crowded)
     assert settings.asm is False or not interpreting(), "the interpreter cannot run inline PTX"
+    # The weights scaled as they are unpacked where one scale covers a K-block (expert_kernels' docstring).
+    scale_weights = bool(settings.scale_weights) and weights == "int4" and activations == "none" and ss is None \
+        and group % block_k == 0 and s.dtype == torch.bfloat16
     row_blocks = block_experts.numel() if routed else -(-num_rows // block_m)
     dummy = out  # pointer arguments a launch never reads
     extra = {} if settings.num_stages is None else {"num_stages": settings.num_stages}
@@ -481,7 +509,8 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
         GROUP=group, SUPER=super_group, WEIGHTS=expert_kernels.WEIGHT_CODES[weights],
         ACTIVATIONS=expert_kernels.ACTIVATION_CODES[activations],
         ROUTED=routed, GATED=gated, ROUTE_WEIGHTED=route_weighted,
-        SWAP=settings.swap, ASM=bool(settings.asm and int4), FP32_MATH=interpreting(),
+        SWAP=settings.swap, ASM=bool(settings.asm and int4), SCALE_WEIGHTS=scale_weights,
+        ROUND_BF16=scale_weights and a.dtype == torch.bfloat16, FP32_MATH=interpreting(),
         DOT_PRECISION="ieee" if a.dtype == torch.float32 or interpreting() else "tf32",
         BLOCK_M=block_m, BLOCK_N=settings.block_n, BLOCK_K=block_k,
         num_warps=settings.num_warps, **extra,

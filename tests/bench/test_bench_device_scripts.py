@@ -3,6 +3,7 @@
 They are run by hand on a lent GPU machine, rarely; this keeps them from rotting between loans.
 """
 
+import functools
 import os
 import re
 import subprocess
@@ -55,6 +56,7 @@ def test_the_step_profile_times_the_step_and_names_the_operators():
     assert re.search(r"fused vs transformers' decoder: max \|diff\| \S+ .*argmax agreement 100.0%", out), out
 
 
+@functools.cache
 def _compile_kernels(variant: str):
     """compile_kernels.py for one variant at 256 tokens on every target card: (the run, its lines), PASS checked."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -72,12 +74,29 @@ def test_the_expert_kernels_build_for_every_target_card_without_spills():
     weights another warp unpacks too: at most 0.2 warp instructions a weight in the K loop (8-warp programs on
     a 64-row weight tile issued 0.38-0.46, two warp columns each unpacking the whole tile)."""
     done, lines = _compile_kernels("int4")
+    launches = ("gate_up", "down", "qkv", "qkv-full", "mlp", "o", "o-full", "mlp-down")
     for arch, mma in (("sm_89", "HMMA"), ("sm_90", "HGMMA"), ("sm_120", "HMMA")):
-        for launch in ("gate_up", "down", "qkv", "qkv-full", "mlp"):
-            assert any(line.startswith(f"{arch} int4") and launch in line and f"'{mma}'" in line and "spill   0" in line
-                       for line in lines), done.stdout  # fmt: skip
+        for launch in launches:
+            assert any(line.startswith(f"{arch} int4 ") and f" {launch} " in line and f"'{mma}'" in line
+                       and "spill   0" in line for line in lines), done.stdout  # fmt: skip
     per_weight = [float(figure) for figure in re.findall(r"\) ([\d.]+)/weight x", done.stdout)]
-    assert len(per_weight) == 3 * 5 and max(per_weight) <= 0.2, done.stdout
+    assert len(per_weight) == 3 * len(launches) and max(per_weight) <= 0.2, done.stdout
+
+
+def test_hopper_dense_launches_unpack_each_weight_once_per_128_or_256_tokens_where_the_grid_still_fills():
+    """On sm_90 one wgmma takes 128-256 token columns in one instruction and int4 weights are scaled as they are
+    unpacked, so the dense projections take 128- or 256-row blocks (q/k/v at 256 tokens: 2 unpacks a weight, a
+    full-attention layer's q/k 1) where at least 132 programs remain; o_proj and the MLP (176 and 132 programs at
+    64 rows) keep 64. The RTX cards' mma.sync grows with the rows: 64 there."""
+    _, lines = _compile_kernels("int4")
+
+    def block_m(arch: str, launch: str) -> int:
+        line = next(line for line in lines if line.startswith(f"{arch} int4 ") and f" {launch} " in line)
+        return int(re.search(r"BLOCK_M (\d+)", line).group(1))
+
+    assert [block_m("sm_90", launch) for launch in ("qkv", "qkv-full", "mlp", "o", "mlp-down")] == [128, 256, 64, 64, 64]
+    for arch in ("sm_89", "sm_120"):
+        assert {block_m(arch, launch) for launch in ("qkv", "qkv-full", "mlp", "o", "mlp-down")} == {64}
 
 
 def test_int4_weights_under_int8_activations_build_with_the_int8_mma_without_spills():

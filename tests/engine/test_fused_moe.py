@@ -432,6 +432,38 @@ def test_bf16_activations_stay_within_bf16_rounding(mode):
     assert float((fused.float() - reference).norm() / reference.norm()) < 1e-2
 
 
+def _bf16_down_sums(scale_weights: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """An expert down launch (int4, groups of 64, K = 704) on bf16 activations into fp32 sums, no output rounding:
+    (the kernel's sums, the same sums in fp32 from `dequantize(..., bfloat16)`'s weights)."""
+    generator = torch.Generator().manual_seed(12)
+    module = QuantizedExperts.from_experts(_Experts(generator, experts=4, hidden=64, width=704), "int4", 128)
+    index, weights = _routing(6, 2, generator, experts=4)
+    routing = fused_moe.align_routing(index, 4, 16)
+    activations = torch.randn(routing.num_pairs, 704, generator=generator).bfloat16()
+    sums = torch.zeros(6, 64)
+    with fused_moe.launch_settings(scale_weights=scale_weights):
+        torch.ops.dgemma.expert_gemm_add(
+            activations, module.down_data, module.down_scales, None, routing.sorted_pairs, routing.block_experts,
+            routing.rows_used, weights.view(-1), sums, num_rows=routing.num_pairs, n=64, a_row_div=1, out_row_div=2,
+            block_m=16, weights="int4", activations="none",
+        )  # fmt: skip
+    down = dequantize(module.down_data, module.down_scales, "int4", torch.bfloat16).float()
+    products = torch.einsum("pk,pnk->pn", activations.float(), down[index.view(-1)]) * weights.view(-1, 1)
+    return sums, products.view(6, 2, 64).sum(dim=1)
+
+
+def test_int4_weights_are_scaled_as_unpacked_into_exactly_the_bf16_weights_dequantize_gives():
+    """Symmetric int4 in groups of 64+ under bf16 activations: each code times its column's scale, rounded once to
+    bf16 in the unpack, is the weight `dequantize(..., bfloat16)` holds, so the fp32 sums equal an fp32 product on
+    those weights to fp32 rounding. Scaling each group's partial sum instead (`scale_weights=False`, the path of
+    affine and two-level int4) skips that rounding and misses by ~1e-3."""
+    assert expert_kernels.INT4_BLOCK_K == 64
+    ours, reference = _bf16_down_sums(scale_weights=True)
+    torch.testing.assert_close(ours, reference, **FP32_TOLERANCE)
+    partial_sums, _ = _bf16_down_sums(scale_weights=False)
+    assert not torch.allclose(partial_sums, reference, **FP32_TOLERANCE)
+
+
 @pytest.mark.usefixtures("poisoned_outputs")
 @pytest.mark.parametrize("mode", MODES)
 def test_dense_gemm_equals_dequantize_then_matmul_at_k_704(mode):

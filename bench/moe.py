@@ -19,6 +19,9 @@ expert width 704; needs CUDA), routes a random canvas of `--tokens` x
 - int8 / fp8 (product: w8a8, activations quantized per row in the kernels;
   fp8 falls back to w8a16 below sm_89), int8-w8a16 / fp8-w8a16 (bf16
   activations), int8-legacy / fp8-legacy;
+- int8-codes / fp8-codes / int4-w4a8-codes: w8a8 / w4a8 with each GEMM's
+  activations rounded once in a launch of their own (`activation_codes`,
+  opt-in) instead of in every program's K loop: the same output;
 - bf16: transformers' own experts on the unquantized weights (grouped_mm
   where torch has it), the speed anchor.
 
@@ -82,6 +85,8 @@ class Variant:
     """A GGUF recipe's layout as the loader holds it (`gguf_experts`), instead of `QuantizedExperts.from_experts`'."""
     down_activations: str | None = None
     """The down launch's activations where they differ from gate_up's (None: `activations`)."""
+    activation_codes: bool = False
+    """w8a8 / w4a8 reading activations rounded once in a launch of their own (`launch_settings(activation_codes=)`)."""
 
     def activation_kinds(self) -> tuple[str, str]:
         """What the gate_up and the down launch round their activations to."""
@@ -94,11 +99,14 @@ VARIANTS = {
     "int4-affine32": Variant("int4", affine_group=32),
     "int4-legacy": Variant("int4", kernel="legacy"),
     "int4-w4a8": Variant("int4", activations="int8"),
+    "int4-w4a8-codes": Variant("int4", activations="int8", activation_codes=True),
     "gguf-q4_k_m": Variant("int4", gguf="Q4_K_M", down_activations="int8"),
     "int8": Variant("int8", activations="int8"),
+    "int8-codes": Variant("int8", activations="int8", activation_codes=True),
     "int8-w8a16": Variant("int8"),
     "int8-legacy": Variant("int8", kernel="legacy"),
     "fp8": Variant("fp8", activations="fp8"),
+    "fp8-codes": Variant("fp8", activations="fp8", activation_codes=True),
     "fp8-w8a16": Variant("fp8"),
     "fp8-legacy": Variant("fp8", kernel="legacy"),
     "bf16": Variant("none", kernel="transformers"),
@@ -369,6 +377,8 @@ def _variant_forward(name: str, variant: Variant, packed: _Packed | None, expert
                                                   down_scales=down_scales, mode=mode)  # fmt: skip
     else:
         settings = {} if variant.asm is None else {"asm": variant.asm}
+        if variant.activation_codes:
+            settings["activation_codes"] = True
 
         gate_up_activations, down_activations = variant.activation_kinds()
 

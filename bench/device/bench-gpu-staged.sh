@@ -43,14 +43,14 @@ stage() {  # stage NAME LIMIT_S bench-arguments...   or   stage NAME LIMIT_S --s
 # The expert kernels and the fused step first (issue 50: bench/device/README.md says what each answers):
 # correctness on the card before any timing, then the layer, the step A/B and the step's kernels.
 stage moe-check 100 --script bench/device/moe_kernels.py check
-stage moe-time 60 --script bench/device/moe_kernels.py time --tokens 256
+stage moe-time 75 --script bench/device/moe_kernels.py time --tokens 256
 stage step-ab-int4 160 step --modes int4 --fused on,off --repeats 2
 stage profile-step 130 --script bench/device/profile_step.py int4 --fused on
 # int4 weights with int8 activations (bench-only): the step the users' cards could run at the int8 tensor rate
 stage step-w4a8 100 step --modes int4-w4a8 --repeats 2
 # kill -9 of a CUDA daemon: its warm standby (forked before CUDA was touched) serves the next completion.
 stage respawn-cuda 60 respawn --model tiny-random --runs 2
-stage moe-time-1024 70 --script bench/device/moe_kernels.py time --tokens 1024 --variants int4,int4-w4a8,gguf-q4_k_m,int8,fp8,bf16
+stage moe-time-1024 80 --script bench/device/moe_kernels.py time --tokens 1024 --variants int4,int4-w4a8,int4-w4a8-codes,gguf-q4_k_m,int8,fp8,fp8-codes,bf16
 stage step-ab-fp8 150 step --modes fp8 --fused on,off --repeats 2
 stage quant 180 quant --modes none,fp8,int8,int4,int4-w4a8
 stage moe-profile 30 --script bench/device/moe_kernels.py profile

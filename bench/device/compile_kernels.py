@@ -63,6 +63,9 @@ VARIANTS = {
     "int8-w8a16": ("int8", "none", False),
     "fp8": ("fp8", "fp8", False),
     "fp8-w8a16": ("fp8", "none", False),
+    "int8-codes": ("int8", "int8", False),  # w8a8 reading `activation_codes`' codes (launch_settings opt-in)
+    "fp8-codes": ("fp8", "fp8", False),
+    "int4-w4a8-codes": ("int4", "int8", True),
     "gguf-q4_k_m": (("int4-q4k", "none"), ("int8-g32", "int8"), True),
 }
 LAYERS_PER_STEP = {"gate_up": 30, "down": 30, "qkv": 25, "qkv-full": 5, "mlp": 30, "o": 25, "o-full": 5, "mlp-down": 30}
@@ -101,9 +104,19 @@ def packed(weights: str, n: int, k: int, group: int, experts: int):
     return meta(experts, n, k // values, dtype=data_dtype), scales, mins, *supers
 
 
-def layer_launches(variant: tuple, tokens: int, arch: int):
+def activation_input(rows: int, k: int, weights: str, activations: str, scales: torch.Tensor, codes: bool):
+    """(a, a_scales) a launch reads: bf16 activations, or (`codes`) `activation_codes`' codes and scales."""
+    if not codes or activations == "none":
+        return meta(rows, k), None
+    block_k = fused_moe.activation_block_k(KERNEL_WEIGHTS.get(weights, weights), k // scales.shape[-2])
+    code_dtype = torch.uint8 if activations == "fp8" else torch.int8
+    return meta(rows, k, dtype=code_dtype), meta(rows, k // block_k, dtype=torch.float32)
+
+
+def layer_launches(variant: tuple, tokens: int, arch: int, codes: bool = False):
     """(name, grid, args, kwargs) of the gate_up and down launches of one layer in `variant` (VARIANTS' value),
-    then the layer's dense launches (`DENSE`) in the gate_up's form, as the product launches them on `arch`."""
+    then the layer's dense launches (`DENSE`) in the gate_up's form, as the product launches them on `arch`;
+    `codes`: their activations as `activation_codes` writes them."""
     e, top_k, hidden, width, group = (FULL[k] for k in ("experts", "top_k", "hidden", "width", "group"))
     specs = variant[:2] if isinstance(variant[0], tuple) else (variant[:2], variant[:2])
     pairs = tokens * top_k
@@ -112,16 +125,17 @@ def layer_launches(variant: tuple, tokens: int, arch: int):
     routing = (meta(max_rows, dtype=torch.int32), meta(max_blocks, dtype=torch.int32), meta(1, dtype=torch.int32))
     launches = []  # (name, grid, args, kwargs, bytes a weight in memory with its scales, times each is unpacked)
     routed_unpacks = uniform_routing_blocks(tokens, top_k, e, block_m)
-    for name, a, (weights, activations), n, k, out, route, a_div, out_div in (
-        ("gate_up", meta(tokens, hidden), specs[0], width, hidden, meta(pairs, width), None, top_k, 1),
-        ("down", meta(pairs, width), specs[1], hidden, width, meta(tokens, hidden, dtype=torch.float32),
-         meta(tokens, top_k), 1, top_k),
+    for name, rows, (weights, activations), n, k, out, route, a_div, out_div in (
+        ("gate_up", tokens, specs[0], width, hidden, meta(pairs, width), None, top_k, 1),
+        ("down", pairs, specs[1], hidden, width, meta(tokens, hidden, dtype=torch.float32), meta(tokens, top_k), 1,
+         top_k),
     ):  # fmt: skip
         w, s, m, ss, sm = packed(weights, 2 * n if name == "gate_up" else n, k, group, e)
+        a, a_scales = activation_input(rows, k, weights, activations, s, codes)
         grid, args, kwargs = fused_moe.expert_gemm_launch(
             a, w, s, m, *routing, route, out, num_rows=pairs, n=n, a_row_div=a_div, out_row_div=out_div,
             block_m=block_m, weights=KERNEL_WEIGHTS.get(weights, weights), activations=activations,
-            gated=name == "gate_up", super_scales=ss, super_mins=sm,
+            gated=name == "gate_up", super_scales=ss, super_mins=sm, a_scales=a_scales,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), routed_unpacks))
     dense_weights, dense_activations = KERNEL_WEIGHTS.get(specs[0][0], specs[0][0]), specs[0][1]
@@ -130,10 +144,11 @@ def layer_launches(variant: tuple, tokens: int, arch: int):
         w, s, m, ss, sm = packed(specs[0][0], 2 * n if gated else n, k, group, 1)
         wgmma = arch == 90 and dense_weights == "int4" and dense_activations == "none"  # as fused_linear decides
         block_m = fused_moe.dense_block_m(tokens, n, gated=gated, affine=m is not None, wgmma=wgmma)
+        a, a_scales = activation_input(tokens, k, specs[0][0], dense_activations, s, codes)
         grid, args, kwargs = fused_moe.expert_gemm_launch(
-            meta(tokens, k), w, s, m, None, None, None, None, meta(tokens, n), num_rows=tokens, n=n, a_row_div=1,
+            a, w, s, m, None, None, None, None, meta(tokens, n), num_rows=tokens, n=n, a_row_div=1,
             out_row_div=1, block_m=block_m, weights=dense_weights, activations=dense_activations, gated=gated,
-            super_scales=ss, super_mins=sm,
+            super_scales=ss, super_mins=sm, a_scales=a_scales,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), -(-tokens // kwargs["BLOCK_M"])))
     return launches
@@ -232,7 +247,7 @@ def main() -> int:
             asm = VARIANTS[name][2]
             for tokens in (int(t) for t in args.tokens.split(",")):
                 with fused_moe.launch_settings(asm=asm):
-                    launches = layer_launches(VARIANTS[name], tokens, arch)
+                    launches = layer_launches(VARIANTS[name], tokens, arch, codes=name.endswith("-codes"))
                 step = collections.defaultdict(float)  # (card, "experts" | "dense" | "read") -> seconds a step
                 for launch, grid, launch_args, kwargs, bytes_per_weight, unpacks in launches:
                     where = f"sm_{arch} {name:<13} {tokens:>4} tok {launch:<7}"

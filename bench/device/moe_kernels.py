@@ -105,8 +105,9 @@ def stage_check(args) -> bool:
     ok = True
     # Poison what the kernels store: an element never written stays NaN and fails every check below.
     original = fused_moe._gemm_output
-    fused_moe._gemm_output = lambda a, rows, n, weighted, fake=False: (
-        original(a, rows, n, weighted, fake) if weighted or fake else original(a, rows, n, weighted).fill_(math.nan)
+    fused_moe._gemm_output = lambda a, rows, n, weighted, fake=False, dtype=None: (
+        original(a, rows, n, weighted, fake, dtype) if weighted or fake
+        else original(a, rows, n, weighted, dtype=dtype).fill_(math.nan)
     )
     if device.type == "cuda" and not fused_moe.interpreting():
         with torch.no_grad():

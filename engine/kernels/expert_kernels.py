@@ -436,18 +436,54 @@ def _w8_partial(a, w_raw, WEIGHTS: tl.constexpr, ACTIVATIONS: tl.constexpr, SWAP
         part = _dot(_weight_values(w_raw, WEIGHTS, ACTIVATIONS, a.dtype), a, SWAP, DOT_PRECISION)
     else:
         codes, row_scale = _quantized_activations(a, ACTIVATIONS, SWAP, FP32_MATH)
-        w = _weight_values(w_raw, WEIGHTS, ACTIVATIONS, a.dtype)
-        if ACTIVATIONS == 1:
-            if SWAP:
-                part = tl.dot(w, codes, out_dtype=tl.int32).to(tl.float32) * row_scale[None, :]
-            else:
-                part = tl.dot(codes, w, out_dtype=tl.int32).to(tl.float32) * row_scale[:, None]
-        else:
-            if SWAP:
-                part = tl.dot(w, codes) * row_scale[None, :]
-            else:
-                part = tl.dot(codes, w) * row_scale[:, None]
+        part = _coded_partial(codes, row_scale, w_raw, WEIGHTS, ACTIVATIONS, SWAP)
     return part
+
+
+@triton.jit
+def _coded_partial(codes, row_scale, w_raw, WEIGHTS: tl.constexpr, ACTIVATIONS: tl.constexpr, SWAP: tl.constexpr):
+    """One K step of 8-bit (or w4a8's int8) weights against activation codes (int8, or e4m3) and their scale per
+    row, fp32: the raw weight bytes and the codes go into the MMA as they are."""
+    w = _weight_values(w_raw, WEIGHTS, ACTIVATIONS, tl.float32)
+    if ACTIVATIONS == 1:
+        if SWAP:
+            part = tl.dot(w, codes, out_dtype=tl.int32).to(tl.float32) * row_scale[None, :]
+        else:
+            part = tl.dot(codes, w, out_dtype=tl.int32).to(tl.float32) * row_scale[:, None]
+    else:
+        if SWAP:
+            part = tl.dot(w, codes) * row_scale[None, :]
+        else:
+            part = tl.dot(codes, w) * row_scale[:, None]
+    return part
+
+
+@triton.jit
+def activation_codes_kernel(
+    a_ptr,  # activations [R, K]
+    codes_ptr,  # out [R, K]: int8 codes, or e4m3 codes' bytes (uint8)
+    scales_ptr,  # out [R, K / BLOCK_K] fp32
+    rows,
+    stride_am,
+    stride_ak,
+    stride_cm,
+    stride_sm,
+    ACTIVATIONS: tl.constexpr,
+    FP32_MATH: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """w8a8's activation rounding done once for every GEMM program that reads the rows (`CODED`): per row and per
+    BLOCK_K inputs the codes and fp32 scale `_quantized_activations` makes in the GEMM's K loop, bit for bit."""
+    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
+    valid = offs_r < rows
+    a = tl.load(a_ptr + offs_r[:, None] * stride_am + offs_k[None, :] * stride_ak, mask=valid[:, None], other=0.0)
+    codes, row_scale = _quantized_activations(a, ACTIVATIONS, False, FP32_MATH)
+    if ACTIVATIONS == 2:
+        codes = codes.to(tl.uint8, bitcast=True)
+    tl.store(codes_ptr + offs_r[:, None] * stride_cm + offs_k[None, :], codes, mask=valid[:, None])
+    tl.store(scales_ptr + offs_r * stride_sm + tl.program_id(1), row_scale, mask=valid)
 
 
 @triton.jit
@@ -463,6 +499,7 @@ def expert_gemm_kernel(
     block_experts_ptr,  # ROUTED: [MAX_BLOCKS] int32 expert per row block
     rows_used_ptr,  # ROUTED: [1] int32
     route_weights_ptr,  # ROUTE_WEIGHTED: [P] routing weight per pair
+    as_ptr,  # CODED: the activation codes' fp32 scales [A rows, K / BLOCK_K]
     num_rows,  # ROUTED: pairs P; dense: rows of a
     N,
     K,
@@ -480,6 +517,7 @@ def expert_gemm_kernel(
     stride_ssg,
     stride_om,
     stride_on,
+    stride_asm,  # CODED: the scales' row stride
     GROUP: tl.constexpr,
     SUPER: tl.constexpr,  # inputs per super scale (a multiple of GROUP); 0: one level
     WEIGHTS: tl.constexpr,
@@ -491,6 +529,7 @@ def expert_gemm_kernel(
     ASM: tl.constexpr,
     SCALE_WEIGHTS: tl.constexpr,  # symmetric int4 (w4a16), one scale per K-block: scaled as unpacked
     ROUND_BF16: tl.constexpr,  # SCALE_WEIGHTS under bf16 activations: scaled weights rounded to bf16
+    CODED: tl.constexpr,  # ACTIVATIONS given as codes (a_ptr) and scales (as_ptr): `activation_codes_kernel`'s
     FP32_MATH: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -545,6 +584,7 @@ def expert_gemm_kernel(
         w_mask = n_valid[None, :]
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     acc_up = tl.zeros_like(acc)
+    as_ptrs = as_ptr + a_rows * stride_asm  # CODED: [BLOCK_M], one scale per K step along the row
     s_ptrs = s_ptr + expert * stride_se + offs_n * stride_sn  # [BLOCK_N]
     m_ptrs = m_ptr + expert * stride_se + offs_n * stride_sn
     ss_ptrs = ss_ptr + expert * stride_sse + offs_n * stride_sn
@@ -612,7 +652,7 @@ def expert_gemm_kernel(
                     part_up = tl.zeros_like(acc)
                     row_sums = tl.zeros_like(row_sums)
         else:
-            a = tl.load(a_ptrs + k0 * stride_ak, mask=a_mask, other=0.0)
+            a = tl.load(a_ptrs + k0 * stride_ak, mask=a_mask, other=0)  # other=0: codes are integers
             if FP32_MATH and ACTIVATIONS == 0:
                 a = a.to(tl.float32)
             group_offset = (k0 // GROUP) * stride_sg  # BLOCK_K divides GROUP: one scale per column per step
@@ -620,7 +660,12 @@ def expert_gemm_kernel(
             w_raw = tl.load(w_ptrs, mask=w_mask, other=0)
             if W4A8:
                 w_raw = _int4_int8_tile(w_raw, SWAP, ASM)
-            part = _w8_partial(a, w_raw, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
+            if CODED:
+                codes = a.to(tl.float8e4nv, bitcast=True) if ACTIVATIONS == 2 else a
+                row_scale = tl.load(as_ptrs + k0 // BLOCK_K, mask=row_valid, other=0.0)
+                part = _coded_partial(codes, row_scale, w_raw, WEIGHTS, ACTIVATIONS, SWAP)
+            else:
+                part = _w8_partial(a, w_raw, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
             scale = _group_factor(s_ptrs, _super_factor(ss_ptrs, n_valid, super_offset, SUPER), n_valid, group_offset,
                                   SUPER)  # fmt: skip
             acc += _scaled_group(part, scale, SWAP)
@@ -628,7 +673,10 @@ def expert_gemm_kernel(
                 w_up = tl.load(w_ptrs + up_w_offset, mask=w_mask, other=0)
                 if W4A8:
                     w_up = _int4_int8_tile(w_up, SWAP, ASM)
-                part_up = _w8_partial(a, w_up, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
+                if CODED:
+                    part_up = _coded_partial(codes, row_scale, w_up, WEIGHTS, ACTIVATIONS, SWAP)
+                else:
+                    part_up = _w8_partial(a, w_up, WEIGHTS, ACTIVATIONS, SWAP, DOT_PRECISION, FP32_MATH)
                 super_up = _super_factor(ss_ptrs + up_s_offset, n_valid, super_offset, SUPER)
                 scale = _group_factor(s_ptrs + up_s_offset, super_up, n_valid, group_offset, SUPER)
                 acc_up += _scaled_group(part_up, scale, SWAP)

@@ -107,6 +107,9 @@ class LaunchSettings:
     scale_weights: bool | None = None
     """Symmetric int4 under 16-bit activations, one scale per K-block: scale the weights as they are unpacked
     (default) rather than each group's partial sum (`expert_kernels`)."""
+    activation_codes: bool | None = None
+    """w8a8 / w4a8: round each GEMM's activations once, in a launch of their own (`activation_codes`), instead of
+    in every program's K loop (default off: one more launch a GEMM, which a GPU has yet to time against it)."""
     num_warps: int | None = None
     num_stages: int | None = None
 
@@ -146,6 +149,7 @@ def launch_settings_for(n: int, block_m: int, crowded: bool = False) -> LaunchSe
         swap=True if chosen.swap is None else chosen.swap,
         asm=(not interpreting()) if chosen.asm is None else chosen.asm,
         scale_weights=True if chosen.scale_weights is None else chosen.scale_weights,
+        activation_codes=bool(chosen.activation_codes),
         num_warps=chosen.num_warps or (8 if crowded and block_m >= 64 else 4),
         num_stages=chosen.num_stages,
     )
@@ -334,17 +338,23 @@ def fused_experts(
     pairs = routing.num_pairs
     down_mode = down_mode or mode
     down_activations = activations if down_activations is None else down_activations
+    gate_up_kind = _weight_kind(mode, gate_up_mins)
+    codes, code_scales = activation_codes_for(hidden_states, gate_up_kind, activations, gate_up_scales)
     gate_up = torch.ops.dgemma.expert_gemm(
-        hidden_states, gate_up_data, gate_up_scales, gate_up_mins, routing.sorted_pairs, routing.block_experts,
+        codes, gate_up_data, gate_up_scales, gate_up_mins, routing.sorted_pairs, routing.block_experts,
         routing.rows_used, None, num_rows=pairs, out_rows=pairs, n=inter, a_row_div=top_k, out_row_div=1,
-        block_m=routing.block_m, weights=_weight_kind(mode, gate_up_mins), activations=activations, gated=True,
+        block_m=routing.block_m, weights=gate_up_kind, activations=activations, gated=True,
         ss=None if gate_up_super is None else gate_up_super[0], sm=None if gate_up_super is None else gate_up_super[1],
+        a_scales=code_scales, out_dtype=hidden_states.dtype,
     )  # fmt: skip  # [P, I]: gelu_tanh(x @ gate.T) * (x @ up.T)
+    down_kind = _weight_kind(down_mode, down_mins)
+    codes, code_scales = activation_codes_for(gate_up, down_kind, down_activations, down_scales)
     down = dict(num_rows=pairs, n=hidden, a_row_div=1, out_row_div=top_k, block_m=routing.block_m,
-                weights=_weight_kind(down_mode, down_mins), activations=down_activations,
-                ss=None if down_super is None else down_super[0], sm=None if down_super is None else down_super[1])
+                weights=down_kind, activations=down_activations,
+                ss=None if down_super is None else down_super[0], sm=None if down_super is None else down_super[1],
+                a_scales=code_scales)  # fmt: skip
     sums = hidden_states.new_zeros((tokens, hidden), dtype=torch.float32) if into is None else into
-    torch.ops.dgemma.expert_gemm_add(gate_up, down_data, down_scales, down_mins, routing.sorted_pairs,
+    torch.ops.dgemma.expert_gemm_add(codes, down_data, down_scales, down_mins, routing.sorted_pairs,
                                      routing.block_experts, routing.rows_used, top_k_weights, sums,
                                      **down)  # fmt: skip  # [T, H] fp32: weighted top-k sums
     return into if into is not None else sums.to(hidden_states.dtype)
@@ -372,14 +382,62 @@ def fused_linear(
     wgmma = (mode == "int4" and mins is None and super_scales is None and activations == "none"
              and x.dtype == torch.bfloat16 and x.device.type == "cuda" and _capability(x.device.index) == (9, 0))
     block_m = dense_block_m(rows.shape[0], out_features, gated=gated, affine=mins is not None, wgmma=wgmma)
+    codes, code_scales = activation_codes_for(rows, _weight_kind(mode, mins), activations, scales)
     output = torch.ops.dgemma.expert_gemm(
-        rows, data.unsqueeze(0), scales.unsqueeze(0), None if mins is None else mins.unsqueeze(0), None, None,
+        codes, data.unsqueeze(0), scales.unsqueeze(0), None if mins is None else mins.unsqueeze(0), None, None,
         None, None, num_rows=rows.shape[0], out_rows=rows.shape[0], n=out_features, a_row_div=1, out_row_div=1,
         block_m=block_m, weights=_weight_kind(mode, mins), activations=activations, gated=gated,
         ss=None if super_scales is None else super_scales.unsqueeze(0),
-        sm=None if super_mins is None else super_mins.unsqueeze(0),
+        sm=None if super_mins is None else super_mins.unsqueeze(0), a_scales=code_scales, out_dtype=x.dtype,
     )  # fmt: skip
     return output.view(*x.shape[:-1], out_features)
+
+
+def activation_block_k(weights: str, group: int) -> int:
+    """Inputs per activation scale of a w8a8 / w4a8 launch: its K step (64 for int4 weights; `block_k_for`)."""
+    return expert_kernels.INT4_BLOCK_K if weights in ("int4", "int4-affine") else block_k_for(group)
+
+
+def activation_codes_for(
+    x: torch.Tensor, weights: str, activations: str, scales: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """What a launch on `x` reads as its activations: (x, None), or with `launch_settings(activation_codes=True)`
+    and 8-bit activations the codes and scales of `activation_codes` (`scales`: the weights', for their group)."""
+    if activations == "none" or not _activation_codes_on():
+        return x, None
+    group = x.shape[-1] // scales.shape[-2]
+    return torch.ops.dgemma.activation_codes(x, activations, activation_block_k(weights, group))
+
+
+@torch.compiler.assume_constant_result
+def _activation_codes_on() -> bool:
+    """`launch_settings(activation_codes=...)`, read outside torch.compile's trace (as `_block_m_override`)."""
+    return bool((_SETTINGS.get() or LaunchSettings()).activation_codes)
+
+
+@torch.library.custom_op("dgemma::activation_codes", mutates_args=())
+def _activation_codes_op(a: torch.Tensor, activations: str, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`[R, K]` activations -> (codes `[R, K]`: int8, or e4m3 bytes as uint8; fp32 scales `[R, K / block_k]`), as
+    `quant_formats.quantize_activations(a, block_k, activations)` rounds them: one launch."""
+    codes, scales = _codes_output(a, activations, block_k)
+    rows, k = a.shape
+    assert k % block_k == 0, f"K={k} is not whole steps of {block_k}"
+    block_r = 16 if interpreting() else 32
+    _launch(expert_kernels.activation_codes_kernel, (-(-rows // block_r), k // block_k), a, codes, scales, rows,
+            a.stride(0), a.stride(1), codes.stride(0), scales.stride(0), ACTIVATIONS=expert_kernels.ACTIVATION_CODES[activations],
+            FP32_MATH=interpreting(), BLOCK_R=block_r, BLOCK_K=block_k, num_warps=4)  # fmt: skip
+    return codes, scales
+
+
+@_activation_codes_op.register_fake
+def _(a, activations, block_k):
+    return _codes_output(a, activations, block_k)
+
+
+def _codes_output(a: torch.Tensor, activations: str, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, k = a.shape
+    code_dtype = torch.uint8 if activations == "fp8" else torch.int8
+    return a.new_empty((rows, k), dtype=code_dtype), a.new_empty((rows, k // block_k), dtype=torch.float32)
 
 
 def dense_block_m(rows: int, n: int, *, gated: bool = False, affine: bool = False, wgmma: bool = False) -> int:
@@ -435,15 +493,18 @@ def _expert_gemm_op(
     gated: bool,
     ss: torch.Tensor | None = None,
     sm: torch.Tensor | None = None,
+    a_scales: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """One launch of `expert_gemm_kernel`; routed when `sorted_pairs` is given, routing-weighted (fp32
     atomic top-k sums into `out_rows` rows) when `route_weights` is; two-level scales with `ss` (and `sm`,
-    affine). Returns out `[out_rows, n]`."""
-    out = _gemm_output(a, out_rows, n, route_weights is not None)
+    affine); `a` holds `activation_codes`' codes when `a_scales` is given. Returns out `[out_rows, n]`, in
+    `out_dtype` (default a's)."""
+    out = _gemm_output(a, out_rows, n, route_weights is not None, dtype=out_dtype)
     _run_expert_gemm(
         a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows=num_rows, n=n,
         a_row_div=a_row_div, out_row_div=out_row_div, block_m=block_m, weights=weights, activations=activations,
-        gated=gated, super_scales=ss, super_mins=sm,
+        gated=gated, super_scales=ss, super_mins=sm, a_scales=a_scales,
     )  # fmt: skip
     return out
 
@@ -456,7 +517,8 @@ def _run_expert_gemm(*args, **kwargs) -> None:
 
 def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, *, num_rows: int,
                        n: int, a_row_div: int, out_row_div: int, block_m: int, weights: str, activations: str,
-                       gated: bool, super_scales=None, super_mins=None) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
+                       gated: bool, super_scales=None, super_mins=None,
+                       a_scales=None) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
     """(grid, arguments, keyword arguments) of one `expert_gemm_kernel` launch; reads only shapes and strides,
     so `bench/device/compile_kernels.py` builds the same launch from meta tensors to compile it ahead of time."""
     routed = sorted_pairs is not None
@@ -484,7 +546,12 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
     else:
         block_k = block_k_for(group)
         assert block_k is not None, f"K={k} with group {group} has no K step >= {_MIN_DOT}"
-    crowded = weights == "int4-affine" or (activations == "none" and weights in ("int8", "fp8"))
+    coded = a_scales is not None
+    assert not coded or (activations != "none" and a.dtype in (torch.int8, torch.uint8) and a_scales.dtype == torch.float32
+                         and a_scales.shape == (a.shape[0], k // block_k)), (
+        "activation codes: int8 / uint8 codes with fp32 scales, one a row per K step"
+    )  # fmt: skip
+    crowded = weights == "int4-affine" or (activations == "none" and weights in ("int8", "fp8")) or (coded and gated)
     settings = launch_settings_for(n, block_m, crowded)
     assert settings.asm is False or not interpreting(), "the interpreter cannot run inline PTX"
     # The weights scaled as they are unpacked where one scale covers a K-block (expert_kernels' docstring).
@@ -499,18 +566,19 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
         block_experts if routed else dummy,
         rows_used if routed else dummy,
         route_weights if route_weighted else dummy,
+        a_scales if coded else dummy,
         num_rows, n, k, a_row_div, out_row_div,
         a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2),
         s.stride(0), s.stride(1), s.stride(2),
         ss.stride(0) if ss is not None else 0, ss.stride(1) if ss is not None else 0,
-        out.stride(0), out.stride(1),
+        out.stride(0), out.stride(1), a_scales.stride(0) if coded else 0,
     )  # fmt: skip
     kwargs = dict(
         GROUP=group, SUPER=super_group, WEIGHTS=expert_kernels.WEIGHT_CODES[weights],
         ACTIVATIONS=expert_kernels.ACTIVATION_CODES[activations],
         ROUTED=routed, GATED=gated, ROUTE_WEIGHTED=route_weighted,
         SWAP=settings.swap, ASM=bool(settings.asm and int4), SCALE_WEIGHTS=scale_weights,
-        ROUND_BF16=scale_weights and a.dtype == torch.bfloat16, FP32_MATH=interpreting(),
+        ROUND_BF16=scale_weights and a.dtype == torch.bfloat16, CODED=coded, FP32_MATH=interpreting(),
         DOT_PRECISION="ieee" if a.dtype == torch.float32 or interpreting() else "tf32",
         BLOCK_M=block_m, BLOCK_N=settings.block_n, BLOCK_K=block_k,
         num_warps=settings.num_warps, **extra,
@@ -520,8 +588,8 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
 
 @_expert_gemm_op.register_fake
 def _(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, num_rows, out_rows, n, a_row_div,
-      out_row_div, block_m, weights, activations, gated, ss=None, sm=None):  # fmt: skip
-    return _gemm_output(a, out_rows, n, route_weights is not None, fake=True)
+      out_row_div, block_m, weights, activations, gated, ss=None, sm=None, a_scales=None, out_dtype=None):  # fmt: skip
+    return _gemm_output(a, out_rows, n, route_weights is not None, fake=True, dtype=out_dtype)
 
 
 @torch.library.custom_op("dgemma::expert_gemm_add", mutates_args=("out",))
@@ -544,6 +612,7 @@ def _expert_gemm_add_op(
     activations: str,
     ss: torch.Tensor | None = None,
     sm: torch.Tensor | None = None,
+    a_scales: torch.Tensor | None = None,
 ) -> None:
     """The routing-weighted launch of `expert_gemm_kernel` adding its fp32 top-k sums into the caller's `out`
     `[out rows, n]` (zeros, or sums to add to): no zero fill of its own (`fused_experts`' `into`)."""
@@ -551,13 +620,13 @@ def _expert_gemm_add_op(
     _run_expert_gemm(
         a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows=num_rows, n=n,
         a_row_div=a_row_div, out_row_div=out_row_div, block_m=block_m, weights=weights, activations=activations,
-        gated=False, super_scales=ss, super_mins=sm,
+        gated=False, super_scales=ss, super_mins=sm, a_scales=a_scales,
     )  # fmt: skip
 
 
 @_expert_gemm_add_op.register_fake
 def _(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, num_rows, n, a_row_div, out_row_div,
-      block_m, weights, activations, ss=None, sm=None):  # fmt: skip
+      block_m, weights, activations, ss=None, sm=None, a_scales=None):  # fmt: skip
     return None
 
 
@@ -665,11 +734,12 @@ def _(a, w, s, sorted_pairs, block_experts, rows_used, route_weights, num_rows, 
     return _gemm_output(a, out_rows, n, route_weights is not None, fake=True)
 
 
-def _gemm_output(a: torch.Tensor, rows: int, n: int, route_weighted: bool, fake: bool = False) -> torch.Tensor:
-    """The kernel's output: fp32 zeros for the atomic top-k sums, else uninitialised in a's dtype."""
+def _gemm_output(a: torch.Tensor, rows: int, n: int, route_weighted: bool, fake: bool = False,
+                 dtype: torch.dtype | None = None) -> torch.Tensor:  # fmt: skip
+    """The kernel's output: fp32 zeros for the atomic top-k sums, else uninitialised in `dtype` (default a's)."""
     if route_weighted:
         return a.new_empty((rows, n), dtype=torch.float32) if fake else a.new_zeros((rows, n), dtype=torch.float32)
-    return a.new_empty((rows, n))
+    return a.new_empty((rows, n), dtype=dtype or a.dtype)
 
 
 def _launch(kernel, grid, *args, **kwargs) -> None:

@@ -44,3 +44,11 @@ def test_bench_step_runs_the_bench_only_w4a8_mode_with_every_int4_module_taking_
     assert kinds and set(kinds) == {"int8"}
     quant_gpu.quantize_bench_mode(model := build_tiny_model(), "int4")
     assert {m.int4_activations for m in model.modules() if hasattr(m, "int4_activations")} == {"none"}
+
+
+def test_bench_step_times_w8a8_with_activations_rounded_once_a_gemm():
+    """`--activation-codes` runs the step under `launch_settings(activation_codes=True)` and says so in its report
+    (test_fused_layer shows that step's w8a8 GEMMs reading codes, with the same output)."""
+    report = step_gpu.run_benchmark("tiny", "cpu", ["int8"], steps=1, repeats=1, activation_codes=True)
+    assert report.activation_codes and [f.mode for f in report.figures] == ["int8"]
+    assert "activations rounded once a GEMM" in step_gpu.format_table(report)

@@ -342,6 +342,31 @@ def test_quantized_projections_of_one_input_share_a_launch_and_give_transformers
     assert launches[False] - launches[True] == saved
 
 
+@pytest.mark.parametrize("mode", ["int8", "int4-w4a8"])
+def test_activations_rounded_once_a_gemm_give_the_decoder_output_of_rounding_them_in_every_program(mode):
+    """`launch_settings(activation_codes=True)` in the fused decoder: every w8a8 (w4a8) GEMM of the step reads
+    codes one launch wrote (one more launch a GEMM: 6 a layer and the self-conditioning MLP's 2), and the
+    decoder's output is bit for bit the one of the GEMMs rounding their activations in every program."""
+    model = build_tiny_model().eval()
+    quantize_model(model, "int4" if mode == "int4-w4a8" else mode, group_size=64,
+                   int4_activations="int8" if mode == "int4-w4a8" else "none")  # fmt: skip
+    for module in model.modules():
+        if isinstance(module, QuantizedLinear | QuantizedExperts):
+            module.backend = "triton"
+    decoder = model.model.decoder
+    with torch.no_grad():
+        canvas, logits, mask, cache, masks, positions = _decoder_inputs(model, 40, torch.float32)
+        fused = FusedDecoder(model)
+        outputs, launches = {}, {}
+        for codes in (False, True):
+            with fused_moe.launch_settings(activation_codes=codes), fused_moe.count_launches() as count:
+                outputs[codes] = fused.forward(canvas, logits, mask, cache, dict(masks),
+                                               fused.rotary(positions, torch.float32))  # fmt: skip
+            launches[codes] = count.launches
+    assert torch.equal(outputs[True], outputs[False])
+    assert launches[True] - launches[False] == 6 * len(decoder.layers) + 2
+
+
 def test_each_kernel_is_a_custom_op_whose_fake_matches_the_launch():
     """opcheck: schemas name exactly what each launch writes, and the fakes give the launches' shapes."""
     x, residual, weight = _rows(4, 32, 1, torch.float32), _rows(4, 32, 2, torch.float32), torch.ones(32)

@@ -67,8 +67,8 @@ def poisoned_outputs(monkeypatch):
     """Every GEMM output that the kernel stores (not the zero-filled atomic sums) starts as NaN."""
     original = fused_moe._gemm_output
 
-    def poisoned(a, rows, n, route_weighted, fake=False):
-        out = original(a, rows, n, route_weighted, fake)
+    def poisoned(a, rows, n, route_weighted, fake=False, dtype=None):
+        out = original(a, rows, n, route_weighted, fake, dtype)
         return out if route_weighted or fake else out.fill_(float("nan"))
 
     monkeypatch.setattr(fused_moe, "_gemm_output", poisoned)
@@ -391,6 +391,46 @@ def _int4_int8_tile_kernel(words_ptr, out_ptr, ROWS: tl.constexpr, SWAP: tl.cons
     else:  # [16, rows] words -> [64, rows] values
         tile = expert_kernels._int4_int8_tile(tl.load(words_ptr + rows[None, :] * 16 + words[:, None]), False, False)
         tl.store(out_ptr + rows[None, :] * 64 + inputs[:, None], tile.to(tl.int32))
+
+
+@pytest.mark.parametrize("kind", ["int8", "fp8"])
+def test_activation_codes_are_the_rounding_the_kernels_do_in_their_loop(kind):
+    """`activation_codes` (one launch) gives `quantize_activations`' codes and scales bit for bit, per row and per K
+    step, all-zero rows included; an op whose fake matches it."""
+    generator = torch.Generator().manual_seed(13)
+    rows = torch.randn(CANVAS + 3, HIDDEN, generator=generator) * 3
+    rows[2] = 0.0
+    codes, scales = torch.ops.dgemma.activation_codes(rows, kind, 32)
+    expected_codes, expected_scales = quantize_activations(rows, 32, kind)
+    assert torch.equal(scales, expected_scales)
+    assert torch.equal(codes.view(expected_codes.dtype) if kind == "fp8" else codes, expected_codes)
+    torch.library.opcheck(torch.ops.dgemma.activation_codes.default, (rows, kind, 32))
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize(("mode", "activations", "dtype"), [("int8", "int8", torch.float32), ("fp8", "fp8", torch.bfloat16),
+                                                           ("int4", "int8", torch.float32)])  # fmt: skip
+def test_activations_rounded_once_give_what_every_program_rounding_them_gives(mode, activations, dtype):
+    """`launch_settings(activation_codes=True)`: each w8a8 / w4a8 GEMM reads codes one launch wrote, and the
+    experts (routed gate_up and down) and the dense projections (plain and gated) give exactly the outputs of the
+    K loop that rounds the activations itself, with one launch more a GEMM."""
+    generator = torch.Generator().manual_seed(14)
+    group = W4A8_GROUP if mode == "int4" else GROUP
+    module = QuantizedExperts.from_experts(_Experts(generator), mode, group)
+    hidden = torch.randn(2 * CANVAS, HIDDEN, generator=generator).to(dtype)
+    index, weights = _routing(2 * CANVAS, 2, generator)
+    data, scales = quantize(torch.randn(2 * WIDTH, HIDDEN, generator=generator) * 0.1, mode, group)
+    outputs, launches = {}, {}
+    for codes in (False, True):
+        with torch.no_grad(), fused_moe.launch_settings(activation_codes=codes), fused_moe.count_launches() as count:
+            outputs[codes] = (_fused(module, hidden, index, weights, activations=activations),
+                              fused_moe.fused_linear(hidden, data, scales, mode, activations=activations),
+                              fused_moe.fused_linear(hidden, data, scales, mode, activations=activations, gated=True))
+        launches[codes] = count.launches
+    for rounded_once, rounded_in_loop in zip(outputs[True], outputs[False], strict=True):
+        assert rounded_once.dtype == dtype
+        assert torch.equal(rounded_once, rounded_in_loop)
+    assert launches == {False: 5, True: 9}  # align, gate_up, down, 2 dense; then a codes launch before each GEMM
 
 
 @pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])

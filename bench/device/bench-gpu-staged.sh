@@ -52,6 +52,8 @@ stage step-w4a8 100 step --modes int4-w4a8 --repeats 2
 stage respawn-cuda 60 respawn --model tiny-random --runs 2
 stage moe-time-1024 80 --script bench/device/moe_kernels.py time --tokens 1024 --variants int4,int4-w4a8,int4-w4a8-codes,gguf-q4_k_m,int8,fp8,fp8-codes,bf16
 stage step-ab-fp8 150 step --modes fp8 --fused on,off --repeats 2
+# w8a8 / w4a8 with each GEMM's activations rounded once in a launch of their own (opt-in): against the two above
+stage step-codes 120 step --modes fp8,int4-w4a8 --activation-codes --repeats 2
 stage quant 180 quant --modes none,fp8,int8,int4,int4-w4a8
 stage moe-profile 30 --script bench/device/moe_kernels.py profile
 # Earlier stages, for the anchors they re-measure (the first generation's figures are in RESULTS).

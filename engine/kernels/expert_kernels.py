@@ -1,7 +1,7 @@
 """Triton kernel of the quantized experts (and dense linears): one grouped GEMM for every packed format.
 
-Owns the device code only: `expert_gemm_kernel` and the int4 unpacking it
-uses. When to launch it, with which tiles, is `fused_moe`; the formats are
+Owns the device code only: `expert_gemm_kernel`, the int4 unpacking it
+uses, and `activation_codes_kernel` (w8a8's activation rounding as a launch). When to launch it, with which tiles, is `fused_moe`; the formats are
 `quant_formats`; the routing alignment kernel and the first-generation
 dequant GEMM (kept for A/B timing) are `moe_kernels`.
 
@@ -42,7 +42,11 @@ block of BLOCK_N output columns), and why:
   int8 / e4m3 weight bytes go into the MMA as they are loaded: no weight
   conversion at all. The partial sum is scaled by the row's activation scale
   and the column's weight scale. Finer than vLLM's per-token scales (one per
-  K step of 64 inputs), in-kernel so no extra launch and no extra read.
+  K step of 64 inputs), in-kernel so no extra launch and no extra read. Every
+  column block of a launch rounds the same rows again, most of the w8a8 K
+  loop's instructions: `CODED` launches read codes and scales that
+  `activation_codes_kernel` wrote once instead (the same numbers; opt-in in
+  `fused_moe`, one launch more a GEMM).
   int8 MMA runs on every card we target (sm80+); fp8 needs sm89+. Measured
   on the tiny layer (bench moe, CPU): error against the unquantized weights
   int8 1.0% -> 1.6%, fp8 4.3% -> 6.0% (int4: 18.5%).

@@ -15,7 +15,9 @@ row from an atomic counter per expert: no sort), one gate_up launch (GELU-tanh
 fused as fp32 atomic adds), a zero fill for those sums and a cast (in the fused
 decoder's step neither: one buffer a step, which post_ffn rounds and clears;
 `fused_experts`' `into`): 3 Triton launches, `count_launches` counts them. w8a8
-quantizes activations inside the two GEMM launches: no extra launch. No
+quantizes activations inside the two GEMM launches: no extra launch (with
+`launch_settings(activation_codes=True)`, opt-in, one `activation_codes` launch
+before each GEMM rounds them once for all its programs instead). No
 weight is ever dequantized to memory. The atomic top-k sum makes the last
 bits of a CUDA result depend on scheduling order (top_k fp32 adds per element).
 
@@ -37,7 +39,7 @@ was then), zero fill and cast; at 1,024 tokens (64-row blocks, ~half
 the experts read twice) +0.05-0.1 ms. Launches per layer: 3 Triton (align,
 gate_up, down), the fp32 zero fill and the bf16 cast.
 
-Tile sizes are heuristics (`launch_settings_for`, `block_m_for`) checked for
+Tile sizes are heuristics (`launch_settings_for`, `block_m_for`, `dense_block_m`) checked for
 registers on sm_89/90/120 ahead of time; `bench/device/moe_kernels.py sweep`
 times the alternatives on a GPU.
 """

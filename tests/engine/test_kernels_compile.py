@@ -4,7 +4,7 @@ Triton's interpreter (the numerics tests) never runs Triton's compiler, so a ker
 test and still fail to compile on the card (a construct the interpreter accepts, a type the compiler
 rejects). Triton's wheel carries its CUDA backend and ptxas, so `triton.compile` builds a cubin for a
 named target with no driver: here the fused decoder's and the sampler's kernels for sm_89 (RTX 4090),
-sm_90 (H100/H200) and sm_120 (RTX 5090) at the real model's shapes, and the experts' routing. Runs in a subprocess: this
+sm_90 (H100/H200) and sm_120 (RTX 5090) at the real model's shapes, and the experts' routing and the w8a8 activation codes. Runs in a subprocess: this
 session's kernel modules were imported for the interpreter by other test modules.
 """
 
@@ -22,7 +22,7 @@ SCRIPT = r'''
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from dgemma_lsp.engine.kernels import fused_layer as F, fused_sampler as S, moe_kernels as M
+from dgemma_lsp.engine.kernels import expert_kernels as X, fused_layer as F, fused_sampler as S, moe_kernels as M
 
 bf = "*bf16"
 rows = dict(hidden="i32", eps="fp32")
@@ -65,6 +65,10 @@ cases = [
     (M.align_routing_kernel, dict(flat_experts_ptr="*i64", sorted_pairs_ptr="*i32", block_experts_ptr="*i32",
      rows_used_ptr="*i32", scratch_ptr="*i32", num_pairs="i32", num_experts="i32", max_rows="i32",
      max_blocks="i32"), dict(BLOCK_M=32, P_P2=8192, E_P2=256, ROWS_P2=16384, BLOCKS_P2=512)),
+    # w8a8's activations rounded once a GEMM (launch_settings(activation_codes=True)): int8 codes, e4m3 bytes
+    *((X.activation_codes_kernel, dict(a_ptr=bf, codes_ptr=codes, scales_ptr="*fp32", rows="i32", stride_am="i32",
+       stride_ak="i32", stride_cm="i32", stride_sm="i32"),
+       dict(ACTIVATIONS=kind, FP32_MATH=False, BLOCK_R=32, BLOCK_K=64)) for kind, codes in ((1, "*i8"), (2, "*u8"))),
 ]
 for arch in (89, 90, 120):
     for kernel, signature, constexprs in cases:
@@ -80,4 +84,4 @@ def test_the_step_kernels_compile_for_sm89_sm90_and_sm120():
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.count(" ok") == 3 * 14, done.stdout
+    assert done.stdout.count(" ok") == 3 * 16, done.stdout

@@ -64,13 +64,16 @@ TAIL_TOKENS = 16
 """Prompt ids after the stable part: encoded per request, as a keystroke's tail is."""
 MODES = ("int4", "fp8", "int8", "none")
 KERNEL_OPS_LISTED = 40
-LAYOUTS = {"int4-g32": ("int4", 32), "int8-g32": ("int8", 32), "fp8-g16": ("fp8", 16), "int4-w4a8": ("int4", 128)}
+LAYOUTS = {"int4-g32": ("int4", 32), "int8-g32": ("int8", 32), "fp8-g16": ("fp8", 16), "int4-w4a8": ("int4", 128),
+           "fp8-codes": ("fp8", 128), "int8-codes": ("int8", 128), "int4-w4a8-codes": ("int4", 128)}
 """Uniform layouts the community's pre-quantized checkpoints become (engine/weights/formats/), every projection
 in one mode: int4-g32, symmetric int4 in groups of 32, what GGUF's other 4-bit types (Q4_0, IQ4_*) are re-packed
 into; int8-g32, GGUF Q8_0's (int8 per 32, its fp16 scales as bf16's bytes); fp8-g16, NVFP4's (FP8-dynamic's one
 scale per row runs the fp8 path's own K step). int4-w4a8 is int4 whose modules take int8 activations
-(`int4_activations`, bench-only so far). A GGUF Q4_K_M is none of these: see GGUF_LAYOUTS. Not in the
-default run; `--modes int4-g32,...` asks for them."""
+(`int4_activations`, bench-only so far). The `-codes` modes are fp8, int8 and int4-w4a8 with each GEMM's
+activations rounded once in a launch of their own (`launch_settings(activation_codes=True)`, opt-in). A GGUF
+Q4_K_M is none of these: see GGUF_LAYOUTS. Not in the default run; `--modes int4-g32,...` asks for them."""
+CODES_SUFFIX = "-codes"
 GGUF_LAYOUTS = {"gguf-q4_k_m": "Q4_K_M"}
 """Dry-run mode -> the GGUF recipe it loads exactly as formats/gguf.py places that recipe's file: its tensors'
 types by llama-quantize's rules (`gguf.architecture_tensors`), the loader's per-projection plan (`gguf.plan`:
@@ -583,7 +586,7 @@ def load_fake(skeleton, layout, mode: str):
         # What a shard read gives: a host tensor in the checkpoint's dtype.
         filler.put(name, lambda shape=shape, dtype=dtype: torch.empty(shape, dtype=dtype))
     filler.finish("the dry run's fake checkpoint")
-    if mode in W4A8_MODES:  # bench-only: int4 modules taking int8 activations (quantize_bench_mode's switch)
+    if mode.removesuffix(CODES_SUFFIX) in W4A8_MODES:  # bench-only: int4 modules taking int8 activations
         for module in skeleton.modules():
             if hasattr(module, "int4_activations"):
                 module.int4_activations = "int8"
@@ -707,6 +710,8 @@ def run_dryrun(gpus=GPUS, modes=MODES, prompts=PROMPTS, candidates=CANDIDATES, *
     import transformers
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from dgemma_lsp.engine.kernels import fused_moe
+
     log = log or (lambda line: None)
     started, cpu_started = time.perf_counter(), time.process_time()
     config = config if config is not None else _config()
@@ -727,8 +732,9 @@ def run_dryrun(gpus=GPUS, modes=MODES, prompts=PROMPTS, candidates=CANDIDATES, *
             del skeleton
             resident = watcher.live_bytes
             log(f"{mode}: loaded on fake CUDA, {resident / 1e9:.2f} GB resident ({time.perf_counter() - loaded:.0f} s)")
+            codes = fused_moe.launch_settings(activation_codes=mode.endswith(CODES_SUFFIX))
             for gpu in where:
-                with virtual_gpu(gpu):
+                with virtual_gpu(gpu), codes:
                     for prompt in prompts:
                         for batch in candidates:
                             figure = run_request(model, watcher, gpu, mode, prompt, batch, resident, fused)

@@ -284,7 +284,7 @@ def matmul_flops(func, args, kwargs) -> tuple[str, int, str]:
     """(operand kind, FLOPs, what) of a matrix-product operator, 2 a multiply-add; ("", 0, "") for anything else.
 
     aten's mm / addmm / bmm / baddbmm (bf16: the self-conditioning GEMM, lm_head, the dense projections where
-    transformers runs them) and `_grouped_mm` (transformers' experts, every row a (token, expert) pair), and our `dgemma::*` GEMMs: `expert_gemm` / `expert_gemm_add` (routed rows are
+    transformers runs them) and `_grouped_mm` (transformers' experts, every row a (token, expert) pair), and our `dgemma::*` GEMMs: `expert_gemm` / `expert_gemm_add` / `expert_gemm_codes` (routed rows are
     (token, expert) pairs, so the padding of the experts' row blocks is not counted; gated launches compute gate
     and up; "int8" / "fp8" when the activations are quantized into the MMA, else "bf16") and `route` (the
     router's projection). Attention is counted where SDPA is answered (`_make_function_mode`).
@@ -295,7 +295,7 @@ def matmul_flops(func, args, kwargs) -> tuple[str, int, str]:
         return "bf16", 2 * a.numel() * b.shape[-1], f"aten::{name}"  # [.., M, K] x [.., K, N]
     if func.namespace == "aten" and name == "_grouped_mm":  # transformers' experts: rows [P, K] x [E, K, N] by offsets
         return "bf16", 2 * args[0].numel() * args[1].shape[-1], "experts (aten::_grouped_mm)"
-    if func.namespace != "dgemma" or name not in ("expert_gemm", "expert_gemm_add", "route"):
+    if func.namespace != "dgemma" or name not in ("expert_gemm", "expert_gemm_add", "expert_gemm_codes", "route"):
         return "", 0, ""
     bound = dict(zip((argument.name for argument in func._schema.arguments), args, strict=False))  # then kwargs
     bound.update(kwargs)
@@ -303,7 +303,8 @@ def matmul_flops(func, args, kwargs) -> tuple[str, int, str]:
         x, proj = bound["x"], bound["proj_weight"]
         return "bf16", 2 * x.shape[0] * x.shape[1] * proj.shape[0], "dgemma::route"
     kind = "bf16" if bound["activations"] == "none" else bound["activations"]
-    flops = 2 * bound["num_rows"] * bound["n"] * bound["a"].shape[1] * (2 if bound.get("gated") else 1)
+    gated = bound.get("gated") or name == "expert_gemm_codes"  # that one is always the gated gate_up
+    flops = 2 * bound["num_rows"] * bound["n"] * bound["a"].shape[1] * (2 if gated else 1)
     return kind, flops, "experts (dgemma::expert_gemm)" if bound["sorted_pairs"] is not None else "dense (dgemma::expert_gemm)"
 
 

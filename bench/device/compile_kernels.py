@@ -132,10 +132,15 @@ def layer_launches(variant: tuple, tokens: int, arch: int, codes: bool = False):
     ):  # fmt: skip
         w, s, m, ss, sm = packed(weights, 2 * n if name == "gate_up" else n, k, group, e)
         a, a_scales = activation_input(rows, k, weights, activations, s, codes)
+        out_scales = None
+        if name == "gate_up" and codes and specs[1][1] != "none":  # it stores the down's codes (expert_gemm_codes)
+            _, down_scales, *_ = packed(specs[1][0], hidden, width, group, e)
+            out, out_scales = activation_input(pairs, width, specs[1][0], specs[1][1], down_scales, True)
         grid, args, kwargs = fused_moe.expert_gemm_launch(
             a, w, s, m, *routing, route, out, num_rows=pairs, n=n, a_row_div=a_div, out_row_div=out_div,
             block_m=block_m, weights=KERNEL_WEIGHTS.get(weights, weights), activations=activations,
-            gated=name == "gate_up", super_scales=ss, super_mins=sm, a_scales=a_scales,
+            gated=name == "gate_up", super_scales=ss, super_mins=sm, a_scales=a_scales, out_scales=out_scales,
+            out_dtype=torch.bfloat16 if out_scales is not None else None,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), routed_unpacks))
     dense_weights, dense_activations = KERNEL_WEIGHTS.get(specs[0][0], specs[0][0]), specs[0][1]

@@ -46,7 +46,8 @@ block of BLOCK_N output columns), and why:
   column block of a launch rounds the same rows again, most of the w8a8 K
   loop's instructions: `CODED` launches read codes and scales that
   `activation_codes_kernel` wrote once instead (the same numbers; opt-in in
-  `fused_moe`, one launch more a GEMM).
+  `fused_moe`, one launch more a GEMM), and a gated launch can store its output
+  as those codes (`CODES_OUT`: BLOCK_N columns are one K step of the next GEMM).
   int8 MMA runs on every card we target (sm80+); fp8 needs sm89+. Measured
   on the tiny layer (bench moe, CPU): error against the unquantized weights
   int8 1.0% -> 1.6%, fp8 4.3% -> 6.0% (int4: 18.5%).
@@ -504,6 +505,7 @@ def expert_gemm_kernel(
     rows_used_ptr,  # ROUTED: [1] int32
     route_weights_ptr,  # ROUTE_WEIGHTED: [P] routing weight per pair
     as_ptr,  # CODED: the activation codes' fp32 scales [A rows, K / BLOCK_K]
+    os_ptr,  # CODES_OUT: the output codes' fp32 scales [out rows, N / BLOCK_N]
     num_rows,  # ROUTED: pairs P; dense: rows of a
     N,
     K,
@@ -522,6 +524,7 @@ def expert_gemm_kernel(
     stride_om,
     stride_on,
     stride_asm,  # CODED: the scales' row stride
+    stride_osm,  # CODES_OUT: the output scales' row stride
     GROUP: tl.constexpr,
     SUPER: tl.constexpr,  # inputs per super scale (a multiple of GROUP); 0: one level
     WEIGHTS: tl.constexpr,
@@ -534,6 +537,8 @@ def expert_gemm_kernel(
     SCALE_WEIGHTS: tl.constexpr,  # symmetric int4 (w4a16), one scale per K-block: scaled as unpacked
     ROUND_BF16: tl.constexpr,  # SCALE_WEIGHTS under bf16 activations: scaled weights rounded to bf16
     CODED: tl.constexpr,  # ACTIVATIONS given as codes (a_ptr) and scales (as_ptr): `activation_codes_kernel`'s
+    CODES_OUT: tl.constexpr,  # 1 int8, 2 e4m3: store the output as the next GEMM's codes (BLOCK_N = its K step)
+    OUT_ROUND: tl.constexpr,  # CODES_OUT: the dtype the output would have been stored in: 0 fp32, 1 bf16, 2 fp16
     FP32_MATH: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -701,5 +706,18 @@ def expert_gemm_kernel(
             tl.atomic_add(out_ptrs, acc * route[None, :], mask=out_mask)
         else:
             tl.atomic_add(out_ptrs, acc * route[:, None], mask=out_mask)
+    elif CODES_OUT > 0:
+        # The next GEMM's activations (the experts' down): the output as it would have been stored, rounded per
+        # row over this program's BLOCK_N columns (one K step there) as `activation_codes_kernel` rounds it.
+        values = acc
+        if OUT_ROUND == 1:
+            values = values.to(tl.bfloat16).to(tl.float32)
+        elif OUT_ROUND == 2:
+            values = values.to(tl.float16).to(tl.float32)
+        codes, row_scale = _quantized_activations(values, CODES_OUT, SWAP, FP32_MATH)
+        if CODES_OUT == 2:
+            codes = codes.to(tl.uint8, bitcast=True)
+        tl.store(out_ptrs, codes, mask=out_mask)
+        tl.store(os_ptr + out_rows * stride_osm + pid_n, row_scale, mask=row_valid)
     else:
         tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=out_mask)

@@ -17,7 +17,8 @@ decoder's step neither: one buffer a step, which post_ffn rounds and clears;
 `fused_experts`' `into`): 3 Triton launches, `count_launches` counts them. w8a8
 quantizes activations inside the two GEMM launches: no extra launch (with
 `launch_settings(activation_codes=True)`, opt-in, one `activation_codes` launch
-before each GEMM rounds them once for all its programs instead). No
+before the gate_up rounds them once for all its programs instead, and the gate_up
+stores the down's codes in place of its output: `expert_gemm_codes`). No
 weight is ever dequantized to memory. The atomic top-k sum makes the last
 bits of a CUDA result depend on scheduling order (top_k fp32 adds per element).
 
@@ -110,8 +111,9 @@ class LaunchSettings:
     """Symmetric int4 under 16-bit activations, one scale per K-block: scale the weights as they are unpacked
     (default) rather than each group's partial sum (`expert_kernels`)."""
     activation_codes: bool | None = None
-    """w8a8 / w4a8: round each GEMM's activations once, in a launch of their own (`activation_codes`), instead of
-    in every program's K loop (default off: one more launch a GEMM, which a GPU has yet to time against it)."""
+    """w8a8 / w4a8: round each GEMM's activations once, in a launch of their own (`activation_codes`; the experts'
+    down reads codes its gate_up stored), instead of in every program's K loop (default off: one more launch a
+    GEMM input, which a GPU has yet to time against the issue it saves)."""
     num_warps: int | None = None
     num_stages: int | None = None
 
@@ -340,17 +342,24 @@ def fused_experts(
     pairs = routing.num_pairs
     down_mode = down_mode or mode
     down_activations = activations if down_activations is None else down_activations
-    gate_up_kind = _weight_kind(mode, gate_up_mins)
+    gate_up_kind, down_kind = _weight_kind(mode, gate_up_mins), _weight_kind(down_mode, down_mins)
     codes, code_scales = activation_codes_for(hidden_states, gate_up_kind, activations, gate_up_scales)
-    gate_up = torch.ops.dgemma.expert_gemm(
-        codes, gate_up_data, gate_up_scales, gate_up_mins, routing.sorted_pairs, routing.block_experts,
-        routing.rows_used, None, num_rows=pairs, out_rows=pairs, n=inter, a_row_div=top_k, out_row_div=1,
-        block_m=routing.block_m, weights=gate_up_kind, activations=activations, gated=True,
-        ss=None if gate_up_super is None else gate_up_super[0], sm=None if gate_up_super is None else gate_up_super[1],
-        a_scales=code_scales, out_dtype=hidden_states.dtype,
-    )  # fmt: skip  # [P, I]: gelu_tanh(x @ gate.T) * (x @ up.T)
-    down_kind = _weight_kind(down_mode, down_mins)
-    codes, code_scales = activation_codes_for(gate_up, down_kind, down_activations, down_scales)
+    gate_up_args = (codes, gate_up_data, gate_up_scales, gate_up_mins, routing.sorted_pairs, routing.block_experts,
+                    routing.rows_used)  # fmt: skip
+    gate_up_kwargs = dict(num_rows=pairs, out_rows=pairs, n=inter, a_row_div=top_k, block_m=routing.block_m,
+                          weights=gate_up_kind, activations=activations,
+                          ss=None if gate_up_super is None else gate_up_super[0],
+                          sm=None if gate_up_super is None else gate_up_super[1], a_scales=code_scales)  # fmt: skip
+    if down_activations != "none" and _activation_codes_on():  # the gate_up stores the down's codes itself
+        codes, code_scales = torch.ops.dgemma.expert_gemm_codes(
+            *gate_up_args, **gate_up_kwargs, codes=down_activations, out_dtype=hidden_states.dtype,
+            codes_block=activation_block_k(down_kind, inter // down_scales.shape[-2]),
+        )  # fmt: skip
+    else:
+        gate_up = torch.ops.dgemma.expert_gemm(
+            *gate_up_args, None, **gate_up_kwargs, out_row_div=1, gated=True, out_dtype=hidden_states.dtype,
+        )  # fmt: skip  # [P, I]: gelu_tanh(x @ gate.T) * (x @ up.T)
+        codes, code_scales = gate_up, None
     down = dict(num_rows=pairs, n=hidden, a_row_div=1, out_row_div=top_k, block_m=routing.block_m,
                 weights=down_kind, activations=down_activations,
                 ss=None if down_super is None else down_super[0], sm=None if down_super is None else down_super[1],
@@ -436,8 +445,10 @@ def _(a, activations, block_k):
     return _codes_output(a, activations, block_k)
 
 
-def _codes_output(a: torch.Tensor, activations: str, block_k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    rows, k = a.shape
+def _codes_output(a: torch.Tensor, activations: str, block_k: int,
+                  shape: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Empty (codes, scales) for `shape` (default a's) rows x inputs, on a's device."""
+    rows, k = shape or a.shape
     code_dtype = torch.uint8 if activations == "fp8" else torch.int8
     return a.new_empty((rows, k), dtype=code_dtype), a.new_empty((rows, k // block_k), dtype=torch.float32)
 
@@ -511,6 +522,51 @@ def _expert_gemm_op(
     return out
 
 
+_OUT_ROUNDING = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+"""`OUT_ROUND`: the dtype a launch's output would have been stored in, before its codes are taken."""
+
+
+@torch.library.custom_op("dgemma::expert_gemm_codes", mutates_args=())
+def _expert_gemm_codes_op(
+    a: torch.Tensor,
+    w: torch.Tensor,
+    s: torch.Tensor,
+    m: torch.Tensor | None,
+    sorted_pairs: torch.Tensor,
+    block_experts: torch.Tensor,
+    rows_used: torch.Tensor,
+    num_rows: int,
+    out_rows: int,
+    n: int,
+    a_row_div: int,
+    block_m: int,
+    weights: str,
+    activations: str,
+    codes: str,
+    codes_block: int,
+    out_dtype: torch.dtype,
+    ss: torch.Tensor | None = None,
+    sm: torch.Tensor | None = None,
+    a_scales: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The routed gated launch (the experts' gate_up) storing its output as the down's activation codes: (codes
+    `[out_rows, n]`, int8 or e4m3 bytes; fp32 scales `[out_rows, n / codes_block]`), what `activation_codes` makes of
+    the `out_dtype` output `expert_gemm` would have returned, without that output or that launch."""
+    out, out_scales = _codes_output(a, codes, codes_block, (out_rows, n))
+    _run_expert_gemm(
+        a, w, s, m, sorted_pairs, block_experts, rows_used, None, out, num_rows=num_rows, n=n, a_row_div=a_row_div,
+        out_row_div=1, block_m=block_m, weights=weights, activations=activations, gated=True, super_scales=ss,
+        super_mins=sm, a_scales=a_scales, out_scales=out_scales, out_dtype=out_dtype,
+    )  # fmt: skip
+    return out, out_scales
+
+
+@_expert_gemm_codes_op.register_fake
+def _(a, w, s, m, sorted_pairs, block_experts, rows_used, num_rows, out_rows, n, a_row_div, block_m, weights,
+      activations, codes, codes_block, out_dtype, ss=None, sm=None, a_scales=None):  # fmt: skip
+    return _codes_output(a, codes, codes_block, (out_rows, n))
+
+
 def _run_expert_gemm(*args, **kwargs) -> None:
     """Launch `expert_gemm_kernel` as `expert_gemm_launch` lays the launch out (both ops' body)."""
     grid, launch_args, launch_kwargs = expert_gemm_launch(*args, **kwargs)
@@ -519,8 +575,8 @@ def _run_expert_gemm(*args, **kwargs) -> None:
 
 def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, *, num_rows: int,
                        n: int, a_row_div: int, out_row_div: int, block_m: int, weights: str, activations: str,
-                       gated: bool, super_scales=None, super_mins=None,
-                       a_scales=None) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
+                       gated: bool, super_scales=None, super_mins=None, a_scales=None, out_scales=None,
+                       out_dtype: torch.dtype | None = None) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
     """(grid, arguments, keyword arguments) of one `expert_gemm_kernel` launch; reads only shapes and strides,
     so `bench/device/compile_kernels.py` builds the same launch from meta tensors to compile it ahead of time."""
     routed = sorted_pairs is not None
@@ -553,8 +609,17 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
                          and a_scales.shape == (a.shape[0], k // block_k)), (
         "activation codes: int8 / uint8 codes with fp32 scales, one a row per K step"
     )  # fmt: skip
+    # The output as the next GEMM's codes: one scale a row per BLOCK_N columns, BLOCK_N that GEMM's K step.
+    codes_out = out_scales is not None
+    assert not codes_out or (gated and not route_weighted and out.dtype in (torch.int8, torch.uint8)
+                             and out_scales.dtype == torch.float32 and out_scales.shape[0] == out.shape[0]
+                             and n % out_scales.shape[1] == 0 and out_dtype in _OUT_ROUNDING), (
+        "codes out: a gated launch's int8 / uint8 codes, fp32 scales per row per K step of the next GEMM"
+    )  # fmt: skip
     crowded = weights == "int4-affine" or (activations == "none" and weights in ("int8", "fp8")) or (coded and gated)
     settings = launch_settings_for(n, block_m, crowded)
+    if codes_out:
+        settings = dataclasses.replace(settings, block_n=n // out_scales.shape[1])
     assert settings.asm is False or not interpreting(), "the interpreter cannot run inline PTX"
     # The weights scaled as they are unpacked where one scale covers a K-block (expert_kernels' docstring).
     scale_weights = bool(settings.scale_weights) and weights == "int4" and activations == "none" and ss is None \
@@ -569,18 +634,21 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
         rows_used if routed else dummy,
         route_weights if route_weighted else dummy,
         a_scales if coded else dummy,
+        out_scales if codes_out else dummy,
         num_rows, n, k, a_row_div, out_row_div,
         a.stride(0), a.stride(1), w.stride(0), w.stride(1), w.stride(2),
         s.stride(0), s.stride(1), s.stride(2),
         ss.stride(0) if ss is not None else 0, ss.stride(1) if ss is not None else 0,
-        out.stride(0), out.stride(1), a_scales.stride(0) if coded else 0,
+        out.stride(0), out.stride(1), a_scales.stride(0) if coded else 0, out_scales.stride(0) if codes_out else 0,
     )  # fmt: skip
     kwargs = dict(
         GROUP=group, SUPER=super_group, WEIGHTS=expert_kernels.WEIGHT_CODES[weights],
         ACTIVATIONS=expert_kernels.ACTIVATION_CODES[activations],
         ROUTED=routed, GATED=gated, ROUTE_WEIGHTED=route_weighted,
         SWAP=settings.swap, ASM=bool(settings.asm and int4), SCALE_WEIGHTS=scale_weights,
-        ROUND_BF16=scale_weights and a.dtype == torch.bfloat16, CODED=coded, FP32_MATH=interpreting(),
+        ROUND_BF16=scale_weights and a.dtype == torch.bfloat16, CODED=coded,
+        CODES_OUT=expert_kernels.ACTIVATION_CODES["fp8" if out.dtype == torch.uint8 else "int8"] if codes_out else 0,
+        OUT_ROUND=_OUT_ROUNDING[out_dtype] if codes_out else 0, FP32_MATH=interpreting(),
         DOT_PRECISION="ieee" if a.dtype == torch.float32 or interpreting() else "tf32",
         BLOCK_M=block_m, BLOCK_N=settings.block_n, BLOCK_K=block_k,
         num_warps=settings.num_warps, **extra,

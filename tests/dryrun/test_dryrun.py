@@ -146,17 +146,19 @@ def test_int4_with_int8_activations_moves_the_projections_and_experts_to_the_int
 
 def test_activations_rounded_once_add_one_launch_before_each_w8a8_gemm_and_nothing_else(unfused_and_fused):
     """The `int4-w4a8-codes` layout (`launch_settings(activation_codes=True)`): one `dgemma::activation_codes`
-    kernel before each of the step's quantized GEMMs (a layer's q/k/v, o_proj, the gated MLP, its down,
-    the experts' gate_up and down, 6; the self-conditioning MLP's 2), the same work at the same rate as
-    int4-w4a8, on the card with no host sync and no device mismatch."""
+    kernel before each of the step's quantized GEMMs (a layer's q/k/v, o_proj, the gated MLP, its down and the
+    experts' gate_up, 5, the experts' down reading codes its gate_up launch stored: `dgemma::expert_gemm_codes`;
+    the self-conditioning MLP's 2), the same work at the same rate as int4-w4a8, on the card with no host sync and
+    no device mismatch."""
     layers = TINY.text_overrides["num_hidden_layers"]
     runs = {mode: dryrun.run_dryrun(gpus=(dryrun.GPUS[2],), modes=(mode,), prompts=(160,), candidates=(1,),
                                     config=diffusion_config(TINY)).runs[0]
             for mode in ("int4-w4a8", "int4-w4a8-codes")}  # fmt: skip
     plain, codes = runs["int4-w4a8"], runs["int4-w4a8-codes"]
     assert codes.error is None and codes.device_mismatches == 0 and codes.host_syncs_per_step == 0, codes
-    assert codes.device_kernels_by_op["dgemma::activation_codes"] == 6 * layers + 2, codes.device_kernels_by_op
-    assert codes.device_kernels_per_step == plain.device_kernels_per_step + 6 * layers + 2
+    by_op = codes.device_kernels_by_op
+    assert by_op["dgemma::activation_codes"] == 5 * layers + 2 and by_op["dgemma::expert_gemm_codes"] == layers, by_op
+    assert codes.device_kernels_per_step == plain.device_kernels_per_step + 5 * layers + 2
     assert codes.matmul_flops_per_step == plain.matmul_flops_per_step
 
 

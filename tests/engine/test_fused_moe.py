@@ -413,7 +413,8 @@ def test_activation_codes_are_the_rounding_the_kernels_do_in_their_loop(kind):
 def test_activations_rounded_once_give_what_every_program_rounding_them_gives(mode, activations, dtype):
     """`launch_settings(activation_codes=True)`: each w8a8 / w4a8 GEMM reads codes one launch wrote, and the
     experts (routed gate_up and down) and the dense projections (plain and gated) give exactly the outputs of the
-    K loop that rounds the activations itself, with one launch more a GEMM."""
+    K loop that rounds the activations itself, with one launch more a GEMM but the experts' down, whose codes the
+    gate_up launch stores in place of its output."""
     generator = torch.Generator().manual_seed(14)
     group = W4A8_GROUP if mode == "int4" else GROUP
     module = QuantizedExperts.from_experts(_Experts(generator), mode, group)
@@ -430,7 +431,7 @@ def test_activations_rounded_once_give_what_every_program_rounding_them_gives(mo
     for rounded_once, rounded_in_loop in zip(outputs[True], outputs[False], strict=True):
         assert rounded_once.dtype == dtype
         assert torch.equal(rounded_once, rounded_in_loop)
-    assert launches == {False: 5, True: 9}  # align, gate_up, down, 2 dense; then a codes launch before each GEMM
+    assert launches == {False: 5, True: 8}  # align, gate_up, down, 2 dense; then codes before 3 of those GEMMs
 
 
 @pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])
@@ -637,6 +638,22 @@ def test_expert_gemm_add_is_a_custom_op_that_adds_into_the_callers_sums():
     torch.ops.dgemma.expert_gemm_add(*args, into, **kwargs)
     torch.testing.assert_close(into, base + returned, **FP32_TOLERANCE)
     torch.library.opcheck(torch.ops.dgemma.expert_gemm_add.default, (*args, torch.zeros_like(returned)), kwargs)
+
+
+@pytest.mark.parametrize("codes", ["int8", "fp8"])
+def test_the_gate_up_storing_its_downs_codes_is_a_custom_op_giving_what_activation_codes_makes_of_its_output(codes):
+    """`expert_gemm_codes`: the gated routed launch's output as the next GEMM's codes and scales, those of
+    `activation_codes` on the output `expert_gemm` returns, bit for bit; its fake matches it."""
+    cases, *_ = _gemm_cases()
+    args, kwargs = cases["gate_up"]
+    output = torch.ops.dgemma.expert_gemm(*args, **kwargs)
+    expected = torch.ops.dgemma.activation_codes(output, codes, 32)
+    codes_args = args[:7]  # without route_weights
+    codes_kwargs = {key: value for key, value in kwargs.items() if key not in ("out_row_div", "gated")}
+    codes_kwargs.update(codes=codes, codes_block=32, out_dtype=output.dtype)
+    ours = torch.ops.dgemma.expert_gemm_codes(*codes_args, **codes_kwargs)
+    assert all(torch.equal(a, b) for a, b in zip(ours, expected, strict=True))
+    torch.library.opcheck(torch.ops.dgemma.expert_gemm_codes.default, codes_args, codes_kwargs)
 
 
 def test_align_routing_is_a_custom_op_whose_fake_matches_the_kernel():

@@ -142,8 +142,8 @@ def launch_settings_for(n: int, block_m: int, crowded: bool = False) -> LaunchSe
     warps 2 x 2 over a 64 x 32 tile, and 2 warps would issue only 16% fewer instructions a weight). An
     8-warp program adds warp columns over the tokens that unpack the tile again: 1.1-2.3x the K loop's
     instructions a weight (bench/device/compile_kernels.py, which reads the loop from the cubin). 8 warps
-    only for `crowded` launches (affine int4's mins, 8-bit weights under 16-bit activations) at 64-row
-    blocks, where 4 warps spill on sm_89/90/120. The interpreter's cost grows with tile size: tiny tiles
+    only for `crowded` launches (affine int4's mins, 8-bit weights under 16-bit activations, gated launches
+    reading activation codes) at 64-row blocks, where 4 warps spill on sm_89/90/120 (the last on sm_89). The interpreter's cost grows with tile size: tiny tiles
     there.
     """
     chosen = _SETTINGS.get() or LaunchSettings()
@@ -458,10 +458,11 @@ def dense_block_m(rows: int, n: int, *, gated: bool = False, affine: bool = Fals
     once for its rows, so at a 256-token canvas 64-row blocks unpack every weight 4 times, 32-row ones 8.
 
     64, or 32 for a gated launch of affine int4 (64 spills on sm_90 / sm_120 with Q4_K's two-level scales).
-    `wgmma` (symmetric int4 under bf16 activations on sm_90): 128 where the launch still has a program for each
-    of an H100's or H200's 132 SMs. One Hopper wgmma takes 128 token columns in one instruction and the weights
-    are scaled as they are unpacked, so the K loop stays as long while each weight is unpacked half as often (q/k/v
-    at 256 tokens: 190 -> 180 instructions an iteration, 4 -> 2 unpacks). Not on sm_89 / sm_120, whose mma.sync
+    `wgmma` (symmetric int4 under bf16 activations on sm_90): 256 rows (128 for a gated launch, whose two
+    accumulators spill at 256) where the launch still has a program for each of an H100's or H200's 132 SMs, else
+    128 where that holds. One Hopper wgmma takes up to 256 token columns in one instruction and the weights are
+    scaled as they are unpacked, so the K loop stays as long while each weight is unpacked half or a quarter as
+    often (q/k/v at 256 tokens: 190 -> 180 instructions an iteration, 4 -> 2 unpacks). Not on sm_89 / sm_120, whose mma.sync
     count doubles with the rows (0.168 x 4 -> 0.392 x 2 instructions a weight), nor where the grid would leave
     SMs idle (the gated MLP and o_proj at 256 tokens). bench/device/compile_kernels.py reads all of it."""
     if rows <= 16:

@@ -733,9 +733,9 @@ def run_dryrun(gpus=GPUS, modes=MODES, prompts=PROMPTS, candidates=CANDIDATES, *
             del skeleton
             resident = watcher.live_bytes
             log(f"{mode}: loaded on fake CUDA, {resident / 1e9:.2f} GB resident ({time.perf_counter() - loaded:.0f} s)")
-            codes = fused_moe.launch_settings(activation_codes=mode.endswith(CODES_SUFFIX))
+            codes = mode.endswith(CODES_SUFFIX)
             for gpu in where:
-                with virtual_gpu(gpu), codes:
+                with virtual_gpu(gpu), fused_moe.launch_settings(activation_codes=codes):
                     for prompt in prompts:
                         for batch in candidates:
                             figure = run_request(model, watcher, gpu, mode, prompt, batch, resident, fused)

@@ -83,6 +83,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .fused_layer import _round
+
 WEIGHT_CODES = {"int8": 0, "int4": 1, "fp8": 2, "int4-affine": 3}
 """The `WEIGHTS` constexpr for each stored format."""
 ACTIVATION_CODES = {"none": 0, "int8": 1, "fp8": 2}
@@ -218,32 +220,25 @@ def _int4_scaled_tiles(words, scale, SWAP: tl.constexpr, ASM: tl.constexpr, ROUN
     else:
         values = _int4_tiles(words, True, False, True)  # fp32 q, exact
         factor = scales.to(tl.float32)
-        t0 = values[0] * factor
-        t1 = values[1] * factor
-        t2 = values[2] * factor
-        t3 = values[3] * factor
-        if ROUND_BF16 and FP32_MATH:  # the interpreter's fp32 -> bf16 conversion truncates: round here
-            t0 = _round_to_bf16(t0)
-            t1 = _round_to_bf16(t1)
-            t2 = _round_to_bf16(t2)
-            t3 = _round_to_bf16(t3)
-        elif ROUND_BF16:
-            t0 = t0.to(tl.bfloat16)
-            t1 = t1.to(tl.bfloat16)
-            t2 = t2.to(tl.bfloat16)
-            t3 = t3.to(tl.bfloat16)
-        tiles = (t0, t1, t2, t3)
+        tiles = (
+            _scaled_tile(values[0], factor, ROUND_BF16, FP32_MATH),
+            _scaled_tile(values[1], factor, ROUND_BF16, FP32_MATH),
+            _scaled_tile(values[2], factor, ROUND_BF16, FP32_MATH),
+            _scaled_tile(values[3], factor, ROUND_BF16, FP32_MATH),
+        )
     return tiles
 
 
 @triton.jit
-def _round_to_bf16(x):
-    """Finite fp32 rounded to the nearest-even bf16 value, kept in fp32: for the interpreter only, whose fp32 -> bf16
-    conversion truncates (a CUDA conversion rounds to nearest even, as this does): add 0x7FFF plus the kept
-    lowest bit, then clear the 16 dropped bits."""
-    bits = x.to(tl.int32, bitcast=True)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-    return rounded.to(tl.float32, bitcast=True)
+def _scaled_tile(values, factor, ROUND_BF16: tl.constexpr, FP32_MATH: tl.constexpr):
+    """fp32 codes times their scales (exact), rounded once to bf16 where ROUND_BF16: by `fused_layer._round`'s
+    bit arithmetic under the interpreter, whose fp32 -> bf16 conversion truncates; by the conversion on CUDA."""
+    product = values * factor
+    if ROUND_BF16 and FP32_MATH:
+        product = _round(product, tl.bfloat16)
+    elif ROUND_BF16:
+        product = product.to(tl.bfloat16)
+    return product
 
 
 @triton.jit
@@ -709,7 +704,7 @@ def expert_gemm_kernel(
     elif CODES_OUT > 0:
         # The next GEMM's activations (the experts' down): the output as it would have been stored, rounded per
         # row over this program's BLOCK_N columns (one K step there) as `activation_codes_kernel` rounds it.
-        values = acc
+        values = acc  # converted as the plain store below converts (the interpreter's truncation included)
         if OUT_ROUND == 1:
             values = values.to(tl.bfloat16).to(tl.float32)
         elif OUT_ROUND == 2:

@@ -150,10 +150,15 @@ def layer_launches(variant: tuple, tokens: int, arch: int, codes: bool = False):
         wgmma = arch == 90 and dense_weights == "int4" and dense_activations == "none"  # as fused_linear decides
         block_m = fused_moe.dense_block_m(tokens, n, gated=gated, affine=m is not None, wgmma=wgmma)
         a, a_scales = activation_input(tokens, k, specs[0][0], dense_activations, s, codes)
+        out, out_scales = meta(tokens, n), None
+        if gated and codes and dense_activations != "none":  # it stores its down's codes (fused_linear's codes_out)
+            _, down_scales, *_ = packed(specs[0][0], *DENSE["mlp-down"], group, 1)
+            out, out_scales = activation_input(tokens, n, specs[0][0], dense_activations, down_scales, True)
         grid, args, kwargs = fused_moe.expert_gemm_launch(
-            a, w, s, m, None, None, None, None, meta(tokens, n), num_rows=tokens, n=n, a_row_div=1,
+            a, w, s, m, None, None, None, None, out, num_rows=tokens, n=n, a_row_div=1,
             out_row_div=1, block_m=block_m, weights=dense_weights, activations=dense_activations, gated=gated,
-            super_scales=ss, super_mins=sm, a_scales=a_scales,
+            super_scales=ss, super_mins=sm, a_scales=a_scales, out_scales=out_scales,
+            out_dtype=torch.bfloat16 if out_scales is not None else None,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), -(-tokens // kwargs["BLOCK_M"])))
     return launches

@@ -83,7 +83,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .fused_layer import _round
+from .rounding import quantized_activations, round_to
 
 WEIGHT_CODES = {"int8": 0, "int4": 1, "fp8": 2, "int4-affine": 3}
 """The `WEIGHTS` constexpr for each stored format."""
@@ -231,11 +231,11 @@ def _int4_scaled_tiles(words, scale, SWAP: tl.constexpr, ASM: tl.constexpr, ROUN
 
 @triton.jit
 def _scaled_tile(values, factor, ROUND_BF16: tl.constexpr, FP32_MATH: tl.constexpr):
-    """fp32 codes times their scales (exact), rounded once to bf16 where ROUND_BF16: by `fused_layer._round`'s
+    """fp32 codes times their scales (exact), rounded once to bf16 where ROUND_BF16: by `rounding.round_to`'s
     bit arithmetic under the interpreter, whose fp32 -> bf16 conversion truncates; by the conversion on CUDA."""
     product = values * factor
     if ROUND_BF16 and FP32_MATH:
-        product = _round(product, tl.bfloat16)
+        product = round_to(product, tl.bfloat16)
     elif ROUND_BF16:
         product = product.to(tl.bfloat16)
     return product
@@ -376,45 +376,6 @@ def _dot_into(w, a, acc, SWAP: tl.constexpr, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
-def _round_to_e4m3(x):
-    """fp32 rounded to the nearest-even e4m3 value (|x| <= 448), in fp32 arithmetic.
-
-    For the interpreter only: Triton 3.7's interpreted fp32 -> float8e4nv conversion loses the carry
-    when rounding up crosses a power of two (-7.96 became -4, not -8). Adding and taking away
-    copysign(2^(e + 20), x), e = x's exponent (>= -6, e4m3's subnormal step), rounds x to 3 mantissa
-    bits with fp32's own round-to-nearest-even; the result then converts exactly.
-    """
-    bits = x.to(tl.int32, bitcast=True)
-    exponent = tl.maximum(((bits >> 23) & 0xFF) - 127, -6)
-    magic = ((exponent + 20 + 127) << 23) | (bits & -2147483648)  # 2^(e+20) with x's sign
-    shift = magic.to(tl.float32, bitcast=True)
-    return (x + shift) - shift
-
-
-@triton.jit
-def _quantized_activations(a, ACTIVATIONS: tl.constexpr, SWAP: tl.constexpr, FP32_MATH: tl.constexpr):
-    """Per-row quantization of an activation tile (rows along axis 1 when SWAP): (codes, fp32 scale per row)."""
-    values = a.to(tl.float32)
-    k_axis: tl.constexpr = 0 if SWAP else 1
-    absmax = tl.max(tl.abs(values), axis=k_axis)
-    if ACTIVATIONS == 2:
-        row_scale = tl.maximum(absmax, 1e-12) / 448.0
-    else:
-        row_scale = tl.maximum(absmax, 1e-12) / 127.0
-    if SWAP:
-        scaled = values / row_scale[None, :]
-    else:
-        scaled = values / row_scale[:, None]
-    if ACTIVATIONS == 2:
-        if FP32_MATH:
-            scaled = _round_to_e4m3(scaled)
-        codes = scaled.to(tl.float8e4nv)
-    else:
-        codes = tl.minimum(tl.maximum(tl.floor(scaled + 0.5), -127.0), 127.0).to(tl.int8)
-    return codes, row_scale
-
-
-@triton.jit
 def _weight_values(raw, WEIGHTS: tl.constexpr, ACTIVATIONS: tl.constexpr, dtype):
     """An 8-bit weight tile as the dot takes it: raw bytes for w8a8, converted (exact) for w8a16."""
     if ACTIVATIONS == 2:
@@ -435,7 +396,7 @@ def _w8_partial(a, w_raw, WEIGHTS: tl.constexpr, ACTIVATIONS: tl.constexpr, SWAP
     if ACTIVATIONS == 0:
         part = _dot(_weight_values(w_raw, WEIGHTS, ACTIVATIONS, a.dtype), a, SWAP, DOT_PRECISION)
     else:
-        codes, row_scale = _quantized_activations(a, ACTIVATIONS, SWAP, FP32_MATH)
+        codes, row_scale = quantized_activations(a, ACTIVATIONS, SWAP, FP32_MATH)
         part = _coded_partial(codes, row_scale, w_raw, WEIGHTS, ACTIVATIONS, SWAP)
     return part
 
@@ -474,12 +435,12 @@ def activation_codes_kernel(
     BLOCK_K: tl.constexpr,
 ):
     """w8a8's activation rounding done once for every GEMM program that reads the rows (`CODED`): per row and per
-    BLOCK_K inputs the codes and fp32 scale `_quantized_activations` makes in the GEMM's K loop, bit for bit."""
+    BLOCK_K inputs the codes and fp32 scale `quantized_activations` makes in the GEMM's K loop, bit for bit."""
     offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     offs_k = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
     valid = offs_r < rows
     a = tl.load(a_ptr + offs_r[:, None] * stride_am + offs_k[None, :] * stride_ak, mask=valid[:, None], other=0.0)
-    codes, row_scale = _quantized_activations(a, ACTIVATIONS, False, FP32_MATH)
+    codes, row_scale = quantized_activations(a, ACTIVATIONS, False, FP32_MATH)
     if ACTIVATIONS == 2:
         codes = codes.to(tl.uint8, bitcast=True)
     tl.store(codes_ptr + offs_r[:, None] * stride_cm + offs_k[None, :], codes, mask=valid[:, None])
@@ -709,7 +670,7 @@ def expert_gemm_kernel(
             values = values.to(tl.bfloat16).to(tl.float32)
         elif OUT_ROUND == 2:
             values = values.to(tl.float16).to(tl.float32)
-        codes, row_scale = _quantized_activations(values, CODES_OUT, SWAP, FP32_MATH)
+        codes, row_scale = quantized_activations(values, CODES_OUT, SWAP, FP32_MATH)
         if CODES_OUT == 2:
             codes = codes.to(tl.uint8, bitcast=True)
         tl.store(out_ptrs, codes, mask=out_mask)

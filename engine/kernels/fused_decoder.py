@@ -20,6 +20,11 @@ on full-attention layers, whose v is k).
 Quantized experts add their fp32 top-k sums into one buffer a step (`QuantizedExperts.add_sums_into`,
 zeroed once), which post_ffn rounds as their cast did and clears for the next layer: no zero fill and
 no cast a layer.
+With `launch_settings(activation_codes=True)` the w8a8 / w4a8 launches read activations rounded once
+(`fused_moe.ActivationCodes`), and the launch producing them writes them: the norms for q/k/v, the
+dense MLP, the experts and the self-conditioning MLP, each gated GEMM for its down. Each consumer
+names the layout it reads (`codes_layout`: kind and inputs per scale); only o_proj, whose input is
+SDPA's, rounds in a launch of its own.
 
 What stays transformers': every weight and module (so quantization and the experts' kernels are
 whatever the model holds), the attention mask (`create_diffusion_decoder_attention_mask`, built per
@@ -40,6 +45,7 @@ from __future__ import annotations
 import torch
 
 from . import fused_layer
+from .fused_moe import ActivationCodes, CodesLayout
 
 
 def unsupported(model) -> str | None:
@@ -119,43 +125,55 @@ class FusedDecoder:
         soft = torch.mm(probabilities, decoder.embed_tokens.weight)  # [T, H]
         del probabilities  # [T, V]: 0.5 GB at 4 candidates, not to be held through the layers
         block = decoder.self_conditioning
+        device = canvas.device
+        # Where a quantized launch rounds its activations ahead of it (`launch_settings(activation_codes=True)`),
+        # the launch producing them writes them: the norms, and a gated GEMM for its down (`_Codes`).
+        signal_codes = _Codes(_layout(self.signal_gate_up, device), soft)
         normed = fused_layer.signal_norm(soft, self_conditioning_on, block.pre_norm.weight, length,
-                                         self.embed_scale, self.eps)  # fmt: skip
-        signal = block.down_proj(_gelu_mul(block, self.signal_gate_up, normed))
-        hidden, layer_input = fused_layer.step_input(
-            canvas.view(-1), decoder.embed_tokens.weight, signal, decoder.layers[0].input_layernorm.weight,
-            self.embed_scale, self.eps,
-        )  # fmt: skip
+                                         self.embed_scale, self.eps, *signal_codes.buffers)  # fmt: skip
+        signal = block.down_proj(_gelu_mul(block, self.signal_gate_up, signal_codes.of(normed), device))
         layers = decoder.layers
+        next_codes = _Codes(_layout(self.qkv[0], device), signal)
+        hidden, layer_input = fused_layer.step_input(
+            canvas.view(-1), decoder.embed_tokens.weight, signal, layers[0].input_layernorm.weight,
+            self.embed_scale, self.eps, *next_codes.buffers,
+        )  # fmt: skip
         sums = None  # the quantized experts' fp32 top-k sums: one buffer a step, zeroed once, post_ffn clears it
         for index, layer in enumerate(layers):
             layer_type = self.layer_types[index]
-            attended = self._attention(layer.self_attn, self.qkv[index], layer_input, cache.layers[index],
-                                       masks.get(layer_type), rotary[layer_type], batch, length)  # fmt: skip
+            attended = self._attention(layer.self_attn, self.qkv[index], next_codes.of(layer_input),
+                                       cache.layers[index], masks.get(layer_type), rotary[layer_type], batch,
+                                       length)  # fmt: skip
+            mlp_codes = _Codes(_layout(self.gate_up[index], device), hidden)
+            experts_codes = _Codes(_layout(layer.experts, device), hidden)
             hidden, mlp_in, experts_in, router_in = fused_layer.post_attention(
                 attended, hidden, layer.post_attention_layernorm.weight, layer.pre_feedforward_layernorm.weight,
                 layer.pre_feedforward_layernorm_2.weight, layer.router.scale, self.eps, layer.router.scalar_root_size,
+                *mlp_codes.buffers, *experts_codes.buffers,
             )  # fmt: skip
-            dense = layer.mlp.down_proj(_gelu_mul(layer.mlp, self.gate_up[index], mlp_in))
+            dense = layer.mlp.down_proj(_gelu_mul(layer.mlp, self.gate_up[index], mlp_codes.of(mlp_in), device))
             router = layer.router  # its projection, softmax, top-k, renormalisation and per-expert scale: one launch
             weights, experts = fused_layer.route(router_in, router.proj.weight, router.per_expert_scale,
                                                  self.config.top_k_experts)  # fmt: skip
             add_sums_into = getattr(layer.experts, "add_sums_into", None)  # QuantizedExperts'
             if add_sums_into is not None:
                 sums = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if sums is None else sums
-                routed = add_sums_into(experts_in, experts, weights, sums)
+                routed = add_sums_into(experts_codes.of(experts_in), experts, weights, sums)
             else:
                 routed = layer.experts(experts_in, experts, weights)
-            following = layers[index + 1].input_layernorm if index + 1 < len(layers) else decoder.norm
+            last = index + 1 == len(layers)
+            following = decoder.norm if last else layers[index + 1].input_layernorm
+            next_codes = _Codes(None if last else _layout(self.qkv[index + 1], device), hidden)
             hidden, layer_input = fused_layer.post_ffn(
                 dense, routed, hidden, layer.post_feedforward_layernorm_1.weight,
                 layer.post_feedforward_layernorm_2.weight, layer.post_feedforward_layernorm.weight,
-                layer.layer_scalar, following.weight, self.eps, clear_experts=add_sums_into is not None,
+                layer.layer_scalar, following.weight, self.eps, add_sums_into is not None, *next_codes.buffers,
             )  # fmt: skip
         return layer_input  # the last layer's "next norm" is the decoder's final norm
 
     def _attention(self, attention, qkv, x, cache_layer, mask, rotary, batch: int, length: int) -> torch.Tensor:
-        """transformers' DiffusionGemmaDecoderTextAttention on a StaticCache layer: `[T, H]` -> o_proj output."""
+        """transformers' DiffusionGemmaDecoderTextAttention on a StaticCache layer: `[T, H]` (or its q/k/v launch's
+        `ActivationCodes`) -> o_proj output."""
         dim = attention.head_dim
         if qkv is not None and qkv.runs_fused(x.device):  # one launch; column views of its output
             query, key, *value = qkv(x)  # [T, Hq * D], [T, Hkv * D] (, [T, Hkv * D])
@@ -190,9 +208,29 @@ def _stacked(first, *others):
     return stack_with(tuple(m for m in others if m is not None)) if stack_with is not None else None
 
 
-def _gelu_mul(mlp, gate_up, x: torch.Tensor) -> torch.Tensor:
-    """gelu_tanh(mlp.gate_proj(x)) * mlp.up_proj(x): one gated GEMM where the weights are stacked, else three
-    launches (each projection, then `fused_layer.gelu_mul`, which rounds where transformers does)."""
-    if gate_up is not None and gate_up.runs_fused(x.device):
-        return gate_up(x, gated=True)
+def _gelu_mul(mlp, gate_up, x, device: torch.device):
+    """gelu_tanh(mlp.gate_proj(x)) * mlp.up_proj(x): one gated GEMM where the weights are stacked (x may be its
+    `ActivationCodes`; its result is mlp.down_proj's where that launch reads codes), else three launches (each
+    projection, then `fused_layer.gelu_mul`, which rounds where transformers does)."""
+    if gate_up is not None and gate_up.runs_fused(device):
+        return gate_up(x, gated=True, codes_out=_layout(mlp.down_proj, device))
     return fused_layer.gelu_mul(mlp.gate_proj(x), mlp.up_proj(x))
+
+
+def _layout(consumer, device: torch.device) -> CodesLayout | None:
+    """The `ActivationCodes` layout a consumer's launch reads (a quantized linear, stack or experts module's
+    `codes_layout`), or None: it rounds its own activations, or takes them as they are."""
+    codes_layout = getattr(consumer, "codes_layout", None)
+    return None if codes_layout is None else codes_layout(device)
+
+
+class _Codes:
+    """A producer launch's optional codes outputs for `layout` (None: none), shaped as `like` `[T, H]`."""
+
+    def __init__(self, layout: CodesLayout | None, like: torch.Tensor) -> None:
+        self.buffers = (None, None) if layout is None else layout.empty(like, *like.shape)
+
+    def of(self, x: torch.Tensor) -> torch.Tensor | ActivationCodes:
+        """What the consumer reads of the producer's output `x`: its codes when written, else x."""
+        codes, scales = self.buffers
+        return x if codes is None else ActivationCodes(codes, scales, x.dtype)

@@ -2,7 +2,7 @@
 
 Owns the Triton kernels (and their `dgemma::*` custom ops) that `fused_decoder` chains into a
 denoising step: the sandwich norms with their residual adds and the layer scalar (two launches a
-layer), the q / k / v head norms with the rotary embedding written straight into attention's layout,
+layer; each may also write its output as the next w8a8 GEMM's activation codes), the q / k / v head norms with the rotary embedding written straight into attention's layout,
 the attention's key/value buffer built from the static cache, GELU-tanh x up, the router (its small
 projection, softmax, top-k, renormalisation and per-expert scale in one launch), and, at the step's
 edges, the embedding + self-conditioning input and the row softmax of the self-conditioning logits.
@@ -32,30 +32,10 @@ import torch
 import triton
 import triton.language as tl
 
+from .expert_kernels import ACTIVATION_CODES
+from .rounding import cast_to, quantized_activations, round_to
+
 # -- helpers inside kernels -------------------------------------------------------------------------
-
-
-@triton.jit
-def _round(x, DTYPE: tl.constexpr):
-    """fp32 x rounded to nearest-even in DTYPE, as fp32: where transformers stores a tensor of that dtype.
-
-    bf16 by bit arithmetic: Triton's interpreter (the CPU tests) truncates on `.to(tl.bfloat16)`
-    where a GPU rounds to nearest even; this gives the GPU's answer in both (NaN aside).
-    """
-    if DTYPE == tl.bfloat16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + (((bits >> 16) & 1) + 0x7FFF)) & 0xFFFF0000
-        return bits.to(tl.float32, bitcast=True)
-    elif DTYPE == tl.float32:
-        return x
-    else:
-        return x.to(DTYPE).to(tl.float32)
-
-
-@triton.jit
-def _cast(x, DTYPE: tl.constexpr):
-    """x stored as DTYPE with round-to-nearest-even (see `_round`)."""
-    return _round(x, DTYPE).to(DTYPE)
 
 
 @triton.jit
@@ -75,6 +55,23 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + (2.0 * tl.sigmoid(tl.minimum(tl.maximum(2.0 * inner, -40.0), 40.0)) - 1.0))
 
 
+@triton.jit
+def _store_codes(values, codes_ptr, scales_ptr, row, hidden, BLOCK: tl.constexpr, KIND: tl.constexpr,
+                 CODES_BLOCK: tl.constexpr, FP32_MATH: tl.constexpr):  # fmt: skip
+    """A row as it was stored (`values`: fp32 [BLOCK], padding lanes 0) as the w8a8 / w4a8 launch that reads it
+    takes it, when KIND (`ACTIVATION_CODES`) asks: per CODES_BLOCK inputs the codes and fp32 scale that
+    `activation_codes_kernel` would write, with the same function, bit for bit (`fused_moe.ActivationCodes`)."""
+    if KIND != 0:
+        groups: tl.constexpr = BLOCK // CODES_BLOCK
+        codes, scales = quantized_activations(tl.reshape(values, [groups, CODES_BLOCK]), KIND, False, FP32_MATH)
+        if KIND == 2:
+            codes = codes.to(tl.uint8, bitcast=True)
+        cols = tl.arange(0, BLOCK)
+        tl.store(codes_ptr + row * hidden + cols, tl.reshape(codes, [BLOCK]), mask=cols < hidden)
+        ids = tl.arange(0, groups)
+        tl.store(scales_ptr + row * (hidden // CODES_BLOCK) + ids, scales, mask=ids < hidden // CODES_BLOCK)
+
+
 # -- the layer's norms ---------------------------------------------------------------------------------
 
 
@@ -90,10 +87,19 @@ def post_attention_kernel(
     mlp_in_ptr,  # out [T, H] the dense MLP's input
     experts_in_ptr,  # out [T, H] the experts' input
     router_in_ptr,  # out [T, H] the router projection's input
+    mlp_codes_ptr,  # out, MLP_CODES: [T, H] the dense MLP's input as its launch's activation codes
+    mlp_scales_ptr,  # out, MLP_CODES: [T, H / MLP_CODES_BLOCK] fp32
+    experts_codes_ptr,  # out, EXPERTS_CODES: the experts' input as their gate_up's codes
+    experts_scales_ptr,
     hidden,
     eps,
     router_root,  # hidden ** -0.5
     BLOCK: tl.constexpr,
+    MLP_CODES: tl.constexpr,  # ACTIVATION_CODES of the dense MLP's launch, 0: none
+    MLP_CODES_BLOCK: tl.constexpr,
+    EXPERTS_CODES: tl.constexpr,
+    EXPERTS_CODES_BLOCK: tl.constexpr,
+    FP32_MATH: tl.constexpr,  # the interpreter's e4m3 rounding (expert_kernels)
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -102,19 +108,24 @@ def post_attention_kernel(
     offsets = row * hidden + cols
     attn = tl.load(attn_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
     weight = tl.load(w_post_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    branch = _round(attn * _inv_rms(attn, hidden, eps) * weight, dtype)
+    branch = round_to(attn * _inv_rms(attn, hidden, eps) * weight, dtype)
     residual = tl.load(residual_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
-    state = _round(residual + branch, dtype)
+    state = round_to(residual + branch, dtype)
     tl.store(hidden_out_ptr + offsets, state.to(dtype), mask=valid)
     normed = state * _inv_rms(state, hidden, eps)
     weight = tl.load(w_mlp_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    tl.store(mlp_in_ptr + offsets, _cast(normed * weight, dtype), mask=valid)
+    mlp_in = round_to(normed * weight, dtype)
+    tl.store(mlp_in_ptr + offsets, mlp_in.to(dtype), mask=valid)
+    _store_codes(mlp_in, mlp_codes_ptr, mlp_scales_ptr, row, hidden, BLOCK, MLP_CODES, MLP_CODES_BLOCK, FP32_MATH)
     weight = tl.load(w_experts_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    tl.store(experts_in_ptr + offsets, _cast(normed * weight, dtype), mask=valid)
+    experts_in = round_to(normed * weight, dtype)
+    tl.store(experts_in_ptr + offsets, experts_in.to(dtype), mask=valid)
+    _store_codes(experts_in, experts_codes_ptr, experts_scales_ptr, row, hidden, BLOCK, EXPERTS_CODES,
+                 EXPERTS_CODES_BLOCK, FP32_MATH)  # fmt: skip
     # The router: norm without a weight, then * scale, then * hidden ** -0.5, each a tensor in transformers.
     scale = tl.load(router_scale_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    routed = _round(_round(_round(normed, dtype) * scale, dtype) * router_root, dtype)
-    tl.store(router_in_ptr + offsets, _cast(routed, dtype), mask=valid)
+    routed = round_to(round_to(round_to(normed, dtype) * scale, dtype) * router_root, dtype)
+    tl.store(router_in_ptr + offsets, cast_to(routed, dtype), mask=valid)
 
 
 @triton.jit
@@ -129,10 +140,15 @@ def post_ffn_kernel(
     w_next_ptr,  # [H] the next layer's input_layernorm, or the decoder's final norm
     hidden_out_ptr,  # out [T, H] the layer's output
     next_in_ptr,  # out [T, H] norm(output) * w_next
+    next_codes_ptr,  # out, CODES: next_in as the next layer's q/k/v launch's activation codes
+    next_scales_ptr,  # out, CODES: [T, H / CODES_BLOCK] fp32
     hidden,
     eps,
     BLOCK: tl.constexpr,
     CLEAR_EXPERTS: tl.constexpr,  # zero the experts' row once read (the fused decoder's sums buffer, reused a layer on)
+    CODES: tl.constexpr,  # ACTIVATION_CODES of the next launch, 0: none
+    CODES_BLOCK: tl.constexpr,
+    FP32_MATH: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
@@ -141,21 +157,23 @@ def post_ffn_kernel(
     offsets = row * hidden + cols
     x = tl.load(mlp_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
     weight = tl.load(w_mlp_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    dense = _round(x * _inv_rms(x, hidden, eps) * weight, dtype)
-    x = _round(tl.load(experts_ptr + offsets, mask=valid, other=0.0).to(tl.float32), dtype)
+    dense = round_to(x * _inv_rms(x, hidden, eps) * weight, dtype)
+    x = round_to(tl.load(experts_ptr + offsets, mask=valid, other=0.0).to(tl.float32), dtype)
     if CLEAR_EXPERTS:  # this program alone reads the row, and it has it in registers
         tl.store(experts_ptr + offsets, tl.zeros([BLOCK], dtype=experts_ptr.dtype.element_ty), mask=valid)
     weight = tl.load(w_experts_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    routed = _round(x * _inv_rms(x, hidden, eps) * weight, dtype)
-    both = _round(dense + routed, dtype)
+    routed = round_to(x * _inv_rms(x, hidden, eps) * weight, dtype)
+    both = round_to(dense + routed, dtype)
     weight = tl.load(w_sum_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    branch = _round(both * _inv_rms(both, hidden, eps) * weight, dtype)
+    branch = round_to(both * _inv_rms(both, hidden, eps) * weight, dtype)
     residual = tl.load(residual_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
-    state = _round(residual + branch, dtype)
-    state = _round(state * tl.load(layer_scalar_ptr).to(tl.float32), dtype)
+    state = round_to(residual + branch, dtype)
+    state = round_to(state * tl.load(layer_scalar_ptr).to(tl.float32), dtype)
     tl.store(hidden_out_ptr + offsets, state.to(dtype), mask=valid)
     weight = tl.load(w_next_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    tl.store(next_in_ptr + offsets, _cast(state * _inv_rms(state, hidden, eps) * weight, dtype), mask=valid)
+    next_in = round_to(state * _inv_rms(state, hidden, eps) * weight, dtype)
+    tl.store(next_in_ptr + offsets, next_in.to(dtype), mask=valid)
+    _store_codes(next_in, next_codes_ptr, next_scales_ptr, row, hidden, BLOCK, CODES, CODES_BLOCK, FP32_MATH)
 
 
 @triton.jit
@@ -166,24 +184,31 @@ def step_input_kernel(
     w_in_ptr,  # [H] the first layer's input_layernorm
     hidden_out_ptr,  # out [T, H] post_norm(embed * scale + signal): the first layer's residual
     first_in_ptr,  # out [T, H] input_layernorm of it
+    first_codes_ptr,  # out, CODES: first_in as the first layer's q/k/v launch's activation codes
+    first_scales_ptr,  # out, CODES: [T, H / CODES_BLOCK] fp32
     hidden,
     embed_scale,  # sqrt(hidden) as the embedding's dtype holds it
     eps,
     BLOCK: tl.constexpr,
+    CODES: tl.constexpr,  # ACTIVATION_CODES of the first layer's q/k/v launch, 0: none
+    CODES_BLOCK: tl.constexpr,
+    FP32_MATH: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     valid = cols < hidden
     dtype = signal_ptr.dtype.element_ty
     token = tl.load(ids_ptr + row).to(tl.int64)
-    embedded = _round(tl.load(embed_ptr + token * hidden + cols, mask=valid, other=0.0).to(tl.float32) * embed_scale,
+    embedded = round_to(tl.load(embed_ptr + token * hidden + cols, mask=valid, other=0.0).to(tl.float32) * embed_scale,
                       dtype)  # fmt: skip
     signal = tl.load(signal_ptr + row * hidden + cols, mask=valid, other=0.0).to(tl.float32)
-    combined = _round(embedded + signal, dtype)
-    state = _round(combined * _inv_rms(combined, hidden, eps), dtype)  # post_norm has no weight
+    combined = round_to(embedded + signal, dtype)
+    state = round_to(combined * _inv_rms(combined, hidden, eps), dtype)  # post_norm has no weight
     tl.store(hidden_out_ptr + row * hidden + cols, state.to(dtype), mask=valid)
     weight = tl.load(w_in_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    tl.store(first_in_ptr + row * hidden + cols, _cast(state * _inv_rms(state, hidden, eps) * weight, dtype), mask=valid)
+    first_in = round_to(state * _inv_rms(state, hidden, eps) * weight, dtype)
+    tl.store(first_in_ptr + row * hidden + cols, first_in.to(dtype), mask=valid)
+    _store_codes(first_in, first_codes_ptr, first_scales_ptr, row, hidden, BLOCK, CODES, CODES_BLOCK, FP32_MATH)
 
 
 @triton.jit
@@ -192,21 +217,28 @@ def signal_norm_kernel(
     mask_ptr,  # [B] bool: self-conditioning on for that row
     weight_ptr,  # [H] self_conditioning.pre_norm
     out_ptr,  # out [T, H] pre_norm(soft * embed_scale * mask)
+    codes_ptr,  # out, CODES: out as the self-conditioning MLP's launch's activation codes
+    scales_ptr,  # out, CODES: [T, H / CODES_BLOCK] fp32
     hidden,
     rows_per_batch,
     embed_scale,
     eps,
     BLOCK: tl.constexpr,
+    CODES: tl.constexpr,  # ACTIVATION_CODES of that launch, 0: none
+    CODES_BLOCK: tl.constexpr,
+    FP32_MATH: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     valid = cols < hidden
     dtype = soft_ptr.dtype.element_ty
     on = tl.load(mask_ptr + row // rows_per_batch).to(tl.float32)
-    soft = _round(tl.load(soft_ptr + row * hidden + cols, mask=valid, other=0.0).to(tl.float32) * embed_scale, dtype)
+    soft = round_to(tl.load(soft_ptr + row * hidden + cols, mask=valid, other=0.0).to(tl.float32) * embed_scale, dtype)
     soft = soft * on  # * 1 or * 0: exact
     weight = tl.load(weight_ptr + cols, mask=valid, other=0.0).to(tl.float32)
-    tl.store(out_ptr + row * hidden + cols, _cast(soft * _inv_rms(soft, hidden, eps) * weight, dtype), mask=valid)
+    normed = round_to(soft * _inv_rms(soft, hidden, eps) * weight, dtype)
+    tl.store(out_ptr + row * hidden + cols, normed.to(dtype), mask=valid)
+    _store_codes(normed, codes_ptr, scales_ptr, row, hidden, BLOCK, CODES, CODES_BLOCK, FP32_MATH)
 
 
 # -- attention's inputs ------------------------------------------------------------------------------
@@ -231,16 +263,16 @@ def _heads_norm_rope(x_ptr, heads, weight_ptr, cos_ptr, sin_ptr, position, eps, 
     if HAS_WEIGHT:
         first = first * tl.load(weight_ptr + half).to(tl.float32)[None, :]
         second = second * tl.load(weight_ptr + D // 2 + half).to(tl.float32)[None, :]
-    first = _round(first, dtype)
-    second = _round(second, dtype)
+    first = round_to(first, dtype)
+    second = round_to(second, dtype)
     if ROPE:  # rotate_half(x) = cat(-x2, x1)
         cos_first = tl.load(cos_ptr + position * D + half).to(tl.float32)[None, :]
         cos_second = tl.load(cos_ptr + position * D + D // 2 + half).to(tl.float32)[None, :]
         sin_first = tl.load(sin_ptr + position * D + half).to(tl.float32)[None, :]
         sin_second = tl.load(sin_ptr + position * D + D // 2 + half).to(tl.float32)[None, :]
-        rotated_first = _round(first * cos_first, dtype) + _round(-second * sin_first, dtype)
-        second = _round(_round(second * cos_second, dtype) + _round(first * sin_second, dtype), dtype)
-        first = _round(rotated_first, dtype)
+        rotated_first = round_to(first * cos_first, dtype) + round_to(-second * sin_first, dtype)
+        second = round_to(round_to(second * cos_second, dtype) + round_to(first * sin_second, dtype), dtype)
+        first = round_to(rotated_first, dtype)
     return first, second
 
 
@@ -349,7 +381,7 @@ def gelu_mul_kernel(gate_ptr, up_ptr, out_ptr, count, BLOCK: tl.constexpr):
     dtype = out_ptr.dtype.element_ty
     gate = tl.load(gate_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
     up = tl.load(up_ptr + offsets, mask=valid, other=0.0).to(tl.float32)
-    tl.store(out_ptr + offsets, _cast(_round(_gelu_tanh(gate), dtype) * up, dtype), mask=valid)
+    tl.store(out_ptr + offsets, cast_to(round_to(_gelu_tanh(gate), dtype) * up, dtype), mask=valid)
 
 
 @triton.jit
@@ -388,7 +420,7 @@ def route_kernel(
             x, w = x.to(tl.float32), w.to(tl.float32)
         scores = tl.dot(x, w, scores, input_precision=DOT_PRECISION)
     # router.proj's output is a tensor of the input's dtype (the GEMM's fp32 sums rounded once): the softmax's input
-    scores = tl.where(valid[None, :], _round(scores, dtype), -float("inf"))
+    scores = tl.where(valid[None, :], round_to(scores, dtype), -float("inf"))
     weights = tl.exp(scores - tl.max(scores, 1)[:, None])
     probabilities = tl.div_rn(weights, tl.sum(weights, 1)[:, None])  # softmax in fp32, as transformers' router
     slots = tl.arange(0, K)[None, :]
@@ -426,7 +458,7 @@ def softmax_rows_kernel(logits_ptr, out_ptr, vocab, BLOCK_V: tl.constexpr):
         ids = start + cols
         valid = ids < vocab
         x = tl.load(logits_ptr + row * vocab + ids, mask=valid, other=-float("inf")).to(tl.float32)
-        tl.store(out_ptr + row * vocab + ids, _cast(tl.div_rn(tl.exp(x - running_max), running_sum), out_ptr.dtype.element_ty),
+        tl.store(out_ptr + row * vocab + ids, cast_to(tl.div_rn(tl.exp(x - running_max), running_sum), out_ptr.dtype.element_ty),
                  mask=valid)  # fmt: skip
 
 
@@ -446,79 +478,123 @@ def _warps(block: int) -> int:
     return 4 if block <= 1024 else 8 if block <= 4096 else 16
 
 
-@torch.library.custom_op("dgemma::post_attention", mutates_args=())
+# The norm launches below also write their output as the next GEMM's activation codes when the caller passes
+# (codes `[T, H]`, scales `[T, H / block]`) buffers (`fused_moe.CodesLayout.empty`): int8, or e4m3 bytes as
+# uint8, the kind and the block read from their dtype and shape. The w8a8 / w4a8 launch reading them then has no
+# `activation_codes` launch before it (`launch_settings(activation_codes=True)`; kernels/fused_decoder.py).
+
+
+@torch.library.custom_op("dgemma::post_attention",
+                         mutates_args=("mlp_codes", "mlp_scales", "experts_codes", "experts_scales"))  # fmt: skip
 def post_attention(
     attn: torch.Tensor, residual: torch.Tensor, w_post: torch.Tensor, w_mlp: torch.Tensor,
     w_experts: torch.Tensor, router_scale: torch.Tensor, eps: float, router_root: float,
+    mlp_codes: torch.Tensor | None = None, mlp_scales: torch.Tensor | None = None,
+    experts_codes: torch.Tensor | None = None, experts_scales: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(residual + post_norm(attn), and of that: pre_ff_norm, pre_ff_norm_2, the router's input), each `[T, H]`."""
+    """(residual + post_norm(attn), and of that: pre_ff_norm, pre_ff_norm_2, the router's input), each `[T, H]`;
+    the second and third also as codes into `mlp_*` / `experts_*` when given."""
     outs = _like(residual, 4)
     rows, hidden = residual.shape
     block = _block(hidden)
-    post_attention_kernel[(rows,)](attn, residual, w_post, w_mlp, w_experts, router_scale, *outs, hidden, eps,
-                                   router_root, BLOCK=block, num_warps=_warps(block))  # fmt: skip
+    mlp_codes, mlp_scales, mlp_kind, mlp_block = _codes_outputs(mlp_codes, mlp_scales, residual)
+    experts_codes, experts_scales, experts_kind, experts_block = _codes_outputs(experts_codes, experts_scales, residual)
+    post_attention_kernel[(rows,)](attn, residual, w_post, w_mlp, w_experts, router_scale, *outs, mlp_codes,
+                                   mlp_scales, experts_codes, experts_scales, hidden, eps, router_root, BLOCK=block,
+                                   MLP_CODES=mlp_kind, MLP_CODES_BLOCK=mlp_block, EXPERTS_CODES=experts_kind,
+                                   EXPERTS_CODES_BLOCK=experts_block, FP32_MATH=_interpreting(),
+                                   num_warps=_warps(block))  # fmt: skip
     return outs
 
 
 @post_attention.register_fake
-def _(attn, residual, w_post, w_mlp, w_experts, router_scale, eps, router_root):
+def _(attn, residual, w_post, w_mlp, w_experts, router_scale, eps, router_root, mlp_codes=None, mlp_scales=None,
+      experts_codes=None, experts_scales=None):  # fmt: skip
     return _like(residual, 4)
 
 
-@torch.library.custom_op("dgemma::post_ffn", mutates_args=("experts",))
+@torch.library.custom_op("dgemma::post_ffn", mutates_args=("experts", "next_codes", "next_scales"))
 def post_ffn(
     mlp: torch.Tensor, experts: torch.Tensor, residual: torch.Tensor, w_mlp: torch.Tensor, w_experts: torch.Tensor,
     w_sum: torch.Tensor, layer_scalar: torch.Tensor, w_next: torch.Tensor, eps: float, clear_experts: bool = False,
+    next_codes: torch.Tensor | None = None, next_scales: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """(the layer's output `[T, H]`, the next norm of it `[T, H]`). `experts` may be the experts' fp32 top-k sums
-    (rounded here as their cast would); `clear_experts` zeroes them once read, for the next layer's sums."""
+    """(the layer's output `[T, H]`, the next norm of it `[T, H]`, also as codes into `next_*` when given).
+    `experts` may be the experts' fp32 top-k sums (rounded here as their cast would); `clear_experts` zeroes them
+    once read, for the next layer's sums."""
     outs = _like(residual, 2)
     rows, hidden = residual.shape
     block = _block(hidden)
-    post_ffn_kernel[(rows,)](mlp, experts, residual, w_mlp, w_experts, w_sum, layer_scalar, w_next, *outs, hidden,
-                             eps, BLOCK=block, CLEAR_EXPERTS=clear_experts, num_warps=_warps(block))  # fmt: skip
+    next_codes, next_scales, kind, codes_block = _codes_outputs(next_codes, next_scales, residual)
+    post_ffn_kernel[(rows,)](mlp, experts, residual, w_mlp, w_experts, w_sum, layer_scalar, w_next, *outs, next_codes,
+                             next_scales, hidden, eps, BLOCK=block, CLEAR_EXPERTS=clear_experts, CODES=kind,
+                             CODES_BLOCK=codes_block, FP32_MATH=_interpreting(), num_warps=_warps(block))  # fmt: skip
     return outs
 
 
 @post_ffn.register_fake
-def _(mlp, experts, residual, w_mlp, w_experts, w_sum, layer_scalar, w_next, eps, clear_experts=False):
+def _(mlp, experts, residual, w_mlp, w_experts, w_sum, layer_scalar, w_next, eps, clear_experts=False,
+      next_codes=None, next_scales=None):  # fmt: skip
     return _like(residual, 2)
 
 
-@torch.library.custom_op("dgemma::step_input", mutates_args=())
+@torch.library.custom_op("dgemma::step_input", mutates_args=("first_codes", "first_scales"))
 def step_input(
-    ids: torch.Tensor, embed: torch.Tensor, signal: torch.Tensor, w_in: torch.Tensor, embed_scale: float, eps: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(post_norm(embed(ids) * scale + signal), the first layer's input norm of it), each `[T, H]`."""
+    ids: torch.Tensor, embed: torch.Tensor, signal: torch.Tensor, w_in: torch.Tensor, embed_scale: float, eps: float,
+    first_codes: torch.Tensor | None = None, first_scales: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(post_norm(embed(ids) * scale + signal), the first layer's input norm of it), each `[T, H]`; the second also
+    as codes into `first_*` when given."""
     outs = _like(signal, 2)
     rows, hidden = signal.shape
     block = _block(hidden)
-    step_input_kernel[(rows,)](ids, embed, signal, w_in, *outs, hidden, embed_scale, eps, BLOCK=block,
+    first_codes, first_scales, kind, codes_block = _codes_outputs(first_codes, first_scales, signal)
+    step_input_kernel[(rows,)](ids, embed, signal, w_in, *outs, first_codes, first_scales, hidden, embed_scale, eps,
+                               BLOCK=block, CODES=kind, CODES_BLOCK=codes_block, FP32_MATH=_interpreting(),
                                num_warps=_warps(block))  # fmt: skip
     return outs
 
 
 @step_input.register_fake
-def _(ids, embed, signal, w_in, embed_scale, eps):
+def _(ids, embed, signal, w_in, embed_scale, eps, first_codes=None, first_scales=None):
     return _like(signal, 2)
 
 
-@torch.library.custom_op("dgemma::signal_norm", mutates_args=())
+@torch.library.custom_op("dgemma::signal_norm", mutates_args=("codes", "scales"))
 def signal_norm(
-    soft: torch.Tensor, mask: torch.Tensor, weight: torch.Tensor, rows_per_batch: int, embed_scale: float, eps: float
-) -> torch.Tensor:
-    """pre_norm(soft * embed_scale * mask[row // rows_per_batch]) `[T, H]`."""
+    soft: torch.Tensor, mask: torch.Tensor, weight: torch.Tensor, rows_per_batch: int, embed_scale: float, eps: float,
+    codes: torch.Tensor | None = None, scales: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """pre_norm(soft * embed_scale * mask[row // rows_per_batch]) `[T, H]`, also as codes into `codes` / `scales`
+    when given."""
     (out,) = _like(soft, 1)
     rows, hidden = soft.shape
     block = _block(hidden)
-    signal_norm_kernel[(rows,)](soft, mask, weight, out, hidden, rows_per_batch, embed_scale, eps, BLOCK=block,
+    codes, scales, kind, codes_block = _codes_outputs(codes, scales, soft)
+    signal_norm_kernel[(rows,)](soft, mask, weight, out, codes, scales, hidden, rows_per_batch, embed_scale, eps,
+                                BLOCK=block, CODES=kind, CODES_BLOCK=codes_block, FP32_MATH=_interpreting(),
                                 num_warps=_warps(block))  # fmt: skip
     return out
 
 
 @signal_norm.register_fake
-def _(soft, mask, weight, rows_per_batch, embed_scale, eps):
+def _(soft, mask, weight, rows_per_batch, embed_scale, eps, codes=None, scales=None):
     return _like(soft, 1)[0]
+
+
+def _codes_outputs(codes: torch.Tensor | None, scales: torch.Tensor | None, rows: torch.Tensor):
+    """(codes pointer, scales pointer, KIND, CODES_BLOCK) of a norm launch's optional codes outputs for `rows`
+    `[T, H]`; where there are none, `rows` stands in for the pointers the kernel never follows."""
+    if codes is None:
+        assert scales is None, "codes and scales go together"
+        return rows, rows, 0, 64
+    tokens, hidden = rows.shape
+    assert codes.shape == (tokens, hidden) and codes.is_contiguous() and scales.is_contiguous(), "codes [T, H]"
+    assert codes.dtype in (torch.int8, torch.uint8) and scales.dtype == torch.float32, "int8 / e4m3 bytes, fp32 scales"
+    assert scales.shape[0] == tokens and hidden % scales.shape[1] == 0, "a scale a row per block of inputs"
+    codes_block = hidden // scales.shape[1]
+    assert _block(hidden) >= codes_block and codes_block & (codes_block - 1) == 0, "power-of-two blocks in a row"
+    return codes, scales, ACTIVATION_CODES["fp8" if codes.dtype == torch.uint8 else "int8"], codes_block
 
 
 @torch.library.custom_op("dgemma::attention_inputs", mutates_args=())

@@ -18,7 +18,9 @@ decoder's step neither: one buffer a step, which post_ffn rounds and clears;
 quantizes activations inside the two GEMM launches: no extra launch (with
 `launch_settings(activation_codes=True)`, opt-in, one `activation_codes` launch
 before the gate_up rounds them once for all its programs instead, and the gate_up
-stores the down's codes in place of its output: `expert_gemm_codes`). No
+stores the down's codes in place of its output: `expert_gemm_codes`; a caller
+whose own launch wrote them, as the fused decoder's norms do, hands them in as
+`ActivationCodes` and there is no extra launch). No
 weight is ever dequantized to memory. The atomic top-k sum makes the last
 bits of a CUDA result depend on scheduling order (top_k fp32 adds per element).
 
@@ -51,6 +53,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+from typing import NamedTuple
 
 import torch
 
@@ -60,6 +63,36 @@ _MIN_DOT = 16
 """tl.dot needs every tile dimension >= 16."""
 ACTIVATION_KINDS = ("none", "int8", "fp8")
 """What a GEMM does with its activations: none (bf16 in, w8a16 / w4a16) or quantize them per row in-kernel (w8a8)."""
+
+
+class CodesLayout(NamedTuple):
+    """How a w8a8 / w4a8 launch reads activations rounded ahead of it: their kind and inputs per scale (its K step)."""
+
+    kind: str  # "int8" or "fp8"
+    block_k: int
+
+    def empty(self, like: torch.Tensor, rows: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Empty (codes `[rows, k]`, fp32 scales `[rows, k / block_k]`) on `like`'s device, for a producer to fill."""
+        return _codes_output(like, self.kind, self.block_k, (rows, k))
+
+
+class ActivationCodes(NamedTuple):
+    """Activations rounded once for the w8a8 / w4a8 launches that read them: what `activation_codes` writes, or a
+    producer in its epilogue (`fused_layer`'s norms, a gated GEMM's `codes_out`). `fused_linear` and
+    `fused_experts` take them in place of the activations they stand for."""
+
+    codes: torch.Tensor  # [R, K] int8, or e4m3 bytes as uint8
+    scales: torch.Tensor  # [R, K / block_k] fp32
+    dtype: torch.dtype  # the activations' own dtype: the GEMM's output's
+
+    @property
+    def layout(self) -> CodesLayout:
+        return CodesLayout("fp8" if self.codes.dtype == torch.uint8 else "int8",
+                           self.codes.shape[-1] // self.scales.shape[-1])  # fmt: skip
+
+    @property
+    def device(self) -> torch.device:
+        return self.codes.device
 
 
 @dataclasses.dataclass
@@ -111,9 +144,10 @@ class LaunchSettings:
     """Symmetric int4 under 16-bit activations, one scale per K-block: scale the weights as they are unpacked
     (default) rather than each group's partial sum (`expert_kernels`)."""
     activation_codes: bool | None = None
-    """w8a8 / w4a8: round each GEMM's activations once, in a launch of their own (`activation_codes`; the experts'
-    down reads codes its gate_up stored), instead of in every program's K loop (default off: one more launch a
-    GEMM input, which a GPU has yet to time against the issue it saves)."""
+    """w8a8 / w4a8: round each GEMM's activations once, ahead of it (`ActivationCodes`: written by the launch that
+    produces them, in the fused decoder's norms and gated GEMMs, else by an `activation_codes` launch), instead of
+    in every program's K loop (default off: 30 more launches a step, o_proj's inputs, which a GPU has yet to time
+    against the issue it saves)."""
     num_warps: int | None = None
     num_stages: int | None = None
 
@@ -296,7 +330,7 @@ def _(flat, num_experts, block_m):
 
 
 def fused_experts(
-    hidden_states: torch.Tensor,
+    hidden_states: torch.Tensor | ActivationCodes,
     top_k_index: torch.Tensor,
     top_k_weights: torch.Tensor,
     *,
@@ -327,14 +361,16 @@ def fused_experts(
     `into`: an fp32 `[T, H]` buffer the top-k sums are added to, and returned, with neither the zero fill nor
     the cast to the activations' dtype (the fused decoder's: one buffer a step, which `fused_layer.post_ffn`
     reads, rounds as the cast would and leaves zeroed for the next layer: two kernels less a layer).
+    `hidden_states` may be `ActivationCodes` in gate_up's `codes_layout` (the fused decoder's post_attention
+    writes them): the gate_up reads them, no `activation_codes` launch.
     """
-    assert hidden_states.dim() == 2 and top_k_index.shape == top_k_weights.shape, (
-        "expects [T, H] and [T, top_k]"
-    )
+    dtype = hidden_states.dtype
+    rows = hidden_states.codes if isinstance(hidden_states, ActivationCodes) else hidden_states
+    assert rows.dim() == 2 and top_k_index.shape == top_k_weights.shape, "expects [T, H] and [T, top_k]"
     assert top_k_index.is_contiguous() and top_k_weights.is_contiguous(), (
         "routing tensors index as [T * top_k]"
     )
-    tokens, hidden = hidden_states.shape
+    tokens, hidden = rows.shape
     top_k = top_k_index.shape[1]
     num_experts, two_inter, _ = gate_up_data.shape
     inter = two_inter // 2
@@ -342,7 +378,7 @@ def fused_experts(
     pairs = routing.num_pairs
     down_mode = down_mode or mode
     down_activations = activations if down_activations is None else down_activations
-    gate_up_kind, down_kind = _weight_kind(mode, gate_up_mins), _weight_kind(down_mode, down_mins)
+    gate_up_kind, down_kind = weight_kind(mode, gate_up_mins), weight_kind(down_mode, down_mins)
     codes, code_scales = activation_codes_for(hidden_states, gate_up_kind, activations, gate_up_scales)
     gate_up_args = (codes, gate_up_data, gate_up_scales, gate_up_mins, routing.sorted_pairs, routing.block_experts,
                     routing.rows_used)  # fmt: skip
@@ -352,27 +388,27 @@ def fused_experts(
                           sm=None if gate_up_super is None else gate_up_super[1], a_scales=code_scales)  # fmt: skip
     if down_activations != "none" and _activation_codes_on():  # the gate_up stores the down's codes itself
         codes, code_scales = torch.ops.dgemma.expert_gemm_codes(
-            *gate_up_args, **gate_up_kwargs, codes=down_activations, out_dtype=hidden_states.dtype,
+            *gate_up_args, **gate_up_kwargs, codes=down_activations, out_dtype=dtype,
             codes_block=activation_block_k(down_kind, inter // down_scales.shape[-2]),
         )  # fmt: skip
     else:
         gate_up = torch.ops.dgemma.expert_gemm(
-            *gate_up_args, None, **gate_up_kwargs, out_row_div=1, gated=True, out_dtype=hidden_states.dtype,
+            *gate_up_args, None, **gate_up_kwargs, out_row_div=1, gated=True, out_dtype=dtype,
         )  # fmt: skip  # [P, I]: gelu_tanh(x @ gate.T) * (x @ up.T)
         codes, code_scales = gate_up, None
     down = dict(num_rows=pairs, n=hidden, a_row_div=1, out_row_div=top_k, block_m=routing.block_m,
                 weights=down_kind, activations=down_activations,
                 ss=None if down_super is None else down_super[0], sm=None if down_super is None else down_super[1],
                 a_scales=code_scales)  # fmt: skip
-    sums = hidden_states.new_zeros((tokens, hidden), dtype=torch.float32) if into is None else into
+    sums = rows.new_zeros((tokens, hidden), dtype=torch.float32) if into is None else into
     torch.ops.dgemma.expert_gemm_add(codes, down_data, down_scales, down_mins, routing.sorted_pairs,
                                      routing.block_experts, routing.rows_used, top_k_weights, sums,
                                      **down)  # fmt: skip  # [T, H] fp32: weighted top-k sums
-    return into if into is not None else sums.to(hidden_states.dtype)
+    return into if into is not None else sums.to(dtype)
 
 
 def fused_linear(
-    x: torch.Tensor,
+    x: torch.Tensor | ActivationCodes,
     data: torch.Tensor,
     scales: torch.Tensor,
     mode: str,
@@ -382,26 +418,37 @@ def fused_linear(
     super_scales: torch.Tensor | None = None,
     super_mins: torch.Tensor | None = None,
     gated: bool = False,
-) -> torch.Tensor:
+    codes_out: CodesLayout | None = None,
+) -> torch.Tensor | ActivationCodes:
     """`x @ dequantize(data, scales, mins, super_scales, super_mins).T` for a packed `[N, K / v]` weight, without a
     dequantized copy. `gated`: the weight is a gate `[N / 2, K]` over an up `[N / 2, K]` (the dense MLP's, stacked:
     `StackedLinears`), and the result `[..., N / 2]` is gelu_tanh(x @ gate.T) * (x @ up.T), in the experts'
-    epilogue (fp32, one rounding)."""
-    in_features = x.shape[-1]
+    epilogue (fp32, one rounding). `x` may be `ActivationCodes` in this launch's `codes_layout` (read in place of
+    rounding x); `codes_out` (gated only): return the result as `ActivationCodes` in the next launch's layout,
+    rounded in the epilogue as `activation_codes` would round the output (`expert_gemm_codes`)."""
+    dtype = x.dtype
+    in_features = x.codes.shape[-1] if isinstance(x, ActivationCodes) else x.shape[-1]
     out_features = data.shape[0] // 2 if gated else data.shape[0]
-    rows = x.reshape(-1, in_features)  # [M, K]
+    rows = x if isinstance(x, ActivationCodes) else x.reshape(-1, in_features)  # [M, K]
+    num_rows = (x.codes if isinstance(x, ActivationCodes) else rows).shape[0]
+    lead = x.codes.shape[:-1] if isinstance(x, ActivationCodes) else x.shape[:-1]
+    weights = weight_kind(mode, mins)
     wgmma = (mode == "int4" and mins is None and super_scales is None and activations == "none"
-             and x.dtype == torch.bfloat16 and x.device.type == "cuda" and _capability(x.device.index) == (9, 0))
-    block_m = dense_block_m(rows.shape[0], out_features, gated=gated, affine=mins is not None, wgmma=wgmma)
-    codes, code_scales = activation_codes_for(rows, _weight_kind(mode, mins), activations, scales)
-    output = torch.ops.dgemma.expert_gemm(
-        codes, data.unsqueeze(0), scales.unsqueeze(0), None if mins is None else mins.unsqueeze(0), None, None,
-        None, None, num_rows=rows.shape[0], out_rows=rows.shape[0], n=out_features, a_row_div=1, out_row_div=1,
-        block_m=block_m, weights=_weight_kind(mode, mins), activations=activations, gated=gated,
-        ss=None if super_scales is None else super_scales.unsqueeze(0),
-        sm=None if super_mins is None else super_mins.unsqueeze(0), a_scales=code_scales, out_dtype=x.dtype,
-    )  # fmt: skip
-    return output.view(*x.shape[:-1], out_features)
+             and dtype == torch.bfloat16 and x.device.type == "cuda" and _capability(x.device.index) == (9, 0))
+    block_m = dense_block_m(num_rows, out_features, gated=gated, affine=mins is not None, wgmma=wgmma)
+    codes, code_scales = activation_codes_for(rows, weights, activations, scales)
+    launch = dict(num_rows=num_rows, out_rows=num_rows, n=out_features, a_row_div=1, block_m=block_m,
+                  weights=weights, activations=activations, ss=None if super_scales is None else super_scales.unsqueeze(0),
+                  sm=None if super_mins is None else super_mins.unsqueeze(0), a_scales=code_scales)  # fmt: skip
+    parts = (codes, data.unsqueeze(0), scales.unsqueeze(0), None if mins is None else mins.unsqueeze(0), None, None,
+             None)  # fmt: skip
+    if codes_out is not None:
+        assert gated, "codes out: a gated launch's (the dense MLP's gate and up, for its down)"
+        out_codes, out_scales = torch.ops.dgemma.expert_gemm_codes(*parts, **launch, codes=codes_out.kind,
+                                                                   codes_block=codes_out.block_k, out_dtype=dtype)  # fmt: skip
+        return ActivationCodes(out_codes, out_scales, dtype)
+    output = torch.ops.dgemma.expert_gemm(*parts, None, **launch, out_row_div=1, gated=gated, out_dtype=dtype)
+    return output.view(*lead, out_features)
 
 
 def activation_block_k(weights: str, group: int) -> int:
@@ -409,15 +456,28 @@ def activation_block_k(weights: str, group: int) -> int:
     return expert_kernels.INT4_BLOCK_K if weights in ("int4", "int4-affine") else block_k_for(group)
 
 
+def codes_layout(weights: str, activations: str, group: int) -> CodesLayout | None:
+    """The `ActivationCodes` a launch of `weights` in scale groups of `group` with `activations` reads, when
+    `launch_settings(activation_codes=True)` has them rounded ahead of it; None when it rounds its own (or none)."""
+    if activations == "none" or not _activation_codes_on():
+        return None
+    return CodesLayout(activations, activation_block_k(weights, group))
+
+
 def activation_codes_for(
-    x: torch.Tensor, weights: str, activations: str, scales: torch.Tensor
+    x: torch.Tensor | ActivationCodes, weights: str, activations: str, scales: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """What a launch on `x` reads as its activations: (x, None), or with `launch_settings(activation_codes=True)`
-    and 8-bit activations the codes and scales of `activation_codes` (`scales`: the weights', for their group)."""
-    if activations == "none" or not _activation_codes_on():
+    and 8-bit activations the codes and scales of `activation_codes` (`scales`: the weights', for their group);
+    `ActivationCodes` a producer wrote as they are."""
+    if isinstance(x, ActivationCodes):
+        layout = codes_layout(weights, activations, x.codes.shape[-1] // scales.shape[-2])
+        assert x.layout == layout, f"codes in {x.layout} for a launch that reads {layout}"
+        return x.codes, x.scales
+    layout = codes_layout(weights, activations, x.shape[-1] // scales.shape[-2])
+    if layout is None:
         return x, None
-    group = x.shape[-1] // scales.shape[-2]
-    return torch.ops.dgemma.activation_codes(x, activations, activation_block_k(weights, group))
+    return torch.ops.dgemma.activation_codes(x, layout.kind, layout.block_k)
 
 
 @torch.compiler.assume_constant_result
@@ -476,7 +536,8 @@ def dense_block_m(rows: int, n: int, *, gated: bool = False, affine: bool = Fals
     return 64
 
 
-def _weight_kind(mode: str, mins: torch.Tensor | None) -> str:
+def weight_kind(mode: str, mins: torch.Tensor | None) -> str:
+    """The kernels' name for a packed projection's weights: its mode, or "int4-affine" where it has mins."""
     return "int4-affine" if mins is not None else mode
 
 
@@ -533,9 +594,9 @@ def _expert_gemm_codes_op(
     w: torch.Tensor,
     s: torch.Tensor,
     m: torch.Tensor | None,
-    sorted_pairs: torch.Tensor,
-    block_experts: torch.Tensor,
-    rows_used: torch.Tensor,
+    sorted_pairs: torch.Tensor | None,
+    block_experts: torch.Tensor | None,
+    rows_used: torch.Tensor | None,
     num_rows: int,
     out_rows: int,
     n: int,
@@ -550,7 +611,8 @@ def _expert_gemm_codes_op(
     sm: torch.Tensor | None = None,
     a_scales: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The routed gated launch (the experts' gate_up) storing its output as the down's activation codes: (codes
+    """A gated launch (the experts' gate_up, routed; the dense MLP's gate and up, unrouted: no `sorted_pairs`)
+    storing its output as the down's activation codes: (codes
     `[out_rows, n]`, int8 or e4m3 bytes; fp32 scales `[out_rows, n / codes_block]`), what `activation_codes` makes of
     the `out_dtype` output `expert_gemm` would have returned, without that output or that launch."""
     out, out_scales = _codes_output(a, codes, codes_block, (out_rows, n))

@@ -228,10 +228,22 @@ class QuantizedExperts(nn.Module):
         into: torch.Tensor,
     ) -> torch.Tensor:  # fmt: skip
         """Add the top-k sums `forward` would round and return into `into` (fp32 `[T, H]`), and return it: the
-        fused decoder's one buffer a step, which its post_ffn rounds and clears (kernels/fused_decoder.py)."""
+        fused decoder's one buffer a step, which its post_ffn rounds and clears (kernels/fused_decoder.py).
+        `hidden_states` may be `fused_moe.ActivationCodes` in `codes_layout` (the fused path only)."""
         if self._runs_fused(hidden_states.device):
             return self._fused(hidden_states, top_k_index, top_k_weights, into=into)
         return into.add_(self.forward_loop(hidden_states, top_k_index, top_k_weights))
+
+    def codes_layout(self, device: torch.device):
+        """The `fused_moe.ActivationCodes` the fused gate_up reads as its input (what the fused decoder's
+        post_attention writes for it), or None: it rounds its own, or takes bf16, or does not run fused."""
+        if not self._runs_fused(device):
+            return None
+        from ..kernels.fused_moe import codes_layout, weight_kind
+
+        mode, data, scales = self.mode, self.gate_up_data, self.gate_up_scales
+        return codes_layout(weight_kind(mode, self.gate_up_mins), self.activations("gate_up", device),
+                            group_of(data, scales, mode))  # fmt: skip
 
     def _runs_fused(self, device: torch.device) -> bool:
         # The kernel computes the GELU-tanh gate itself: any other activation keeps the loop.
@@ -427,7 +439,17 @@ class QuantizedLinear(nn.Module):
         return _activation_kind(self.quantize_activations, device, self.mode, self.int4_activations,
                                 self.weight_mins is not None, group_of(self.weight_data, self.weight_scales, self.mode))
 
+    def codes_layout(self, device: torch.device):
+        """The `fused_moe.ActivationCodes` the fused launch reads as its input, or None (`QuantizedExperts`')."""
+        if not self._runs_fused(device):
+            return None
+        from ..kernels.fused_moe import codes_layout, weight_kind
+
+        return codes_layout(weight_kind(self.mode, self.weight_mins), self.activations(device),
+                            group_of(self.weight_data, self.weight_scales, self.mode))  # fmt: skip
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """`x @ weight.T`; x may be `fused_moe.ActivationCodes` in `codes_layout` (the fused path only)."""
         if self._runs_fused(x.device):
             from ..kernels.fused_moe import fused_linear
 
@@ -470,16 +492,22 @@ class StackedLinears:
         """Whether the launch applies now (a member's backend may have been set to torch since)."""
         return all(module._runs_fused(device) for module in self.modules)
 
-    def __call__(self, x: torch.Tensor, *, gated: bool = False) -> tuple[torch.Tensor, ...] | torch.Tensor:
-        """Each member's output, as column views of one result; `gated` (gate and up): gelu_tanh(gate) * up."""
+    def codes_layout(self, device: torch.device):
+        """The `fused_moe.ActivationCodes` the launch reads as its input, or None (`QuantizedLinear.codes_layout`)."""
+        return self.modules[0].codes_layout(device) if self.runs_fused(device) else None
+
+    def __call__(self, x, *, gated: bool = False, codes_out=None):
+        """Each member's output, as column views of one result; `gated` (gate and up): gelu_tanh(gate) * up.
+        `x` may be `fused_moe.ActivationCodes` in `codes_layout`; `codes_out` (gated): the result as
+        `ActivationCodes` in that layout (the next launch's, the down's `codes_layout`)."""
         from ..kernels.fused_moe import fused_linear
 
         first = self.modules[0]
         assert not gated or (len(self.widths) == 2 and self.widths[0] == self.widths[1]), "gated: a gate and an up"
         mins, super_scales, super_mins = self.parts
         out = fused_linear(x, self.data, self.scales, first.mode, mins=mins,
-                           activations=first.activations(x.device),
-                           super_scales=super_scales, super_mins=super_mins, gated=gated)  # fmt: skip
+                           activations=first.activations(x.device), super_scales=super_scales,
+                           super_mins=super_mins, gated=gated, codes_out=codes_out)  # fmt: skip
         if gated:
             return out
         return tuple(out[..., start:start + width] for start, width in zip(self.starts, self.widths, strict=True))

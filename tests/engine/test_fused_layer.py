@@ -135,6 +135,38 @@ def test_the_step_input_is_transformers_embedding_plus_self_conditioning_and_its
     _same(ours[1], decoder.layers[0].input_layernorm(state), dtype)
 
 
+@pytest.mark.parametrize(("kind", "block"), [("int8", 32), ("fp8", 32), ("int8", 16)])
+def test_each_norm_writes_its_output_as_the_next_gemms_activation_codes_bit_for_bit(kind, block):
+    """Given codes buffers, post_attention (the dense MLP's and the experts' inputs), post_ffn and step_input (the
+    next q/k/v's) and signal_norm (the self-conditioning MLP's) also write their output as `activation_codes`
+    would round it, bit for bit, on a row (96) that is not a power of two (the kernel's padding lanes), and write
+    the same outputs as without them."""
+    rows, width, bf16 = 24, 96, torch.bfloat16
+    layout = fused_moe.CodesLayout(kind, block)
+    x, residual, other = _rows(rows, width, 1, bf16), _rows(rows, width, 2, bf16), _rows(rows, width, 3, bf16, 0.5)
+    w = [torch.rand(width, generator=torch.Generator().manual_seed(seed)) * 2 for seed in range(4)]
+    w = [t.to(bf16) for t in w]
+    ids, embed = torch.randint(0, 50, (rows,), generator=torch.Generator().manual_seed(9)), _rows(50, width, 4, bf16)
+    launches = {  # name -> (the op without codes, with codes buffers appended; which outputs have codes)
+        "post_attention": (lambda *c: fused_layer.post_attention(x, residual, *w, 1e-6, 0.1, *c), (1, 2)),
+        "post_ffn": (lambda *c: fused_layer.post_ffn(x, other.float(), residual, *w[:3], torch.ones(1, dtype=bf16),
+                                                     w[3], 1e-6, False, *c), (1,)),
+        "step_input": (lambda *c: fused_layer.step_input(ids, embed, x, w[0], 9.75, 1e-6, *c), (1,)),
+        "signal_norm": (lambda *c: (fused_layer.signal_norm(other, torch.tensor([True, False]), w[1], 12, 9.75, 1e-6,
+                                                           *c),), (0,)),
+    }  # fmt: skip
+    for name, (launch, coded) in launches.items():
+        plain = launch()
+        buffers = [layout.empty(x, rows, width) for _ in coded]
+        ours = launch(*(t for pair in buffers for t in pair))
+        for mine, theirs in zip(ours, plain, strict=True):
+            assert torch.equal(mine, theirs), name
+        for output, (codes, scales) in zip(coded, buffers, strict=True):
+            expected = torch.ops.dgemma.activation_codes(plain[output], kind, block)
+            assert torch.equal(codes, expected[0]) and torch.equal(scales, expected[1]), (name, output)
+            assert codes.abs().sum() > 0, name  # codes of real values, not an untouched buffer
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("prompt", [40, 90])  # 90: past the tiny model's 64-token sliding window
 def test_attention_inputs_are_transformers_head_norms_rotary_and_appended_cache(dtype, prompt):
@@ -345,9 +377,10 @@ def test_quantized_projections_of_one_input_share_a_launch_and_give_transformers
 @pytest.mark.parametrize("mode", ["int8", "int4-w4a8"])
 def test_activations_rounded_once_a_gemm_give_the_decoder_output_of_rounding_them_in_every_program(mode):
     """`launch_settings(activation_codes=True)` in the fused decoder: every w8a8 (w4a8) GEMM of the step reads
-    codes one launch wrote (one more launch a GEMM: 5 a layer, the experts' gate_up storing its down's codes
-    itself, and the self-conditioning MLP's 2), and the decoder's output is bit for bit the one of the GEMMs
-    rounding their activations in every program."""
+    codes rounded once, by the launch producing its input (the norms: q/k/v's, the dense MLP's, the experts'
+    and the self-conditioning MLP's; each gated GEMM: its down's), all but o_proj, whose input is SDPA's: one
+    `activation_codes` launch a layer. The decoder's output is bit for bit the one of the GEMMs rounding their
+    activations in every program."""
     model = build_tiny_model().eval()
     quantize_model(model, "int4" if mode == "int4-w4a8" else mode, group_size=64,
                    int4_activations="int8" if mode == "int4-w4a8" else "none")  # fmt: skip
@@ -365,7 +398,7 @@ def test_activations_rounded_once_a_gemm_give_the_decoder_output_of_rounding_the
                                                fused.rotary(positions, torch.float32))  # fmt: skip
             launches[codes] = count.launches
     assert torch.equal(outputs[True], outputs[False])
-    assert launches[True] - launches[False] == 5 * len(decoder.layers) + 2
+    assert launches[True] - launches[False] == len(decoder.layers)
 
 
 def test_each_kernel_is_a_custom_op_whose_fake_matches_the_launch():
@@ -377,6 +410,16 @@ def test_each_kernel_is_a_custom_op_whose_fake_matches_the_launch():
         sums = _rows(4, 32, 7, torch.float32)
         torch.library.opcheck(ops.post_ffn.default, (x, sums, residual, weight, weight, weight, torch.ones(1), weight,
                                                      1e-6, clear))  # fmt: skip
+    # with activation codes written for the next GEMM (int8 and e4m3 bytes, 16 inputs a scale)
+    codes = [fused_moe.CodesLayout(kind, 16).empty(x, 4, 32) for kind in ("int8", "fp8")]
+    torch.library.opcheck(ops.post_attention.default, (x, residual, weight, weight, weight, weight, 1e-6, 0.2,
+                                                       *codes[0], *codes[1]))  # fmt: skip
+    torch.library.opcheck(ops.post_ffn.default, (x, _rows(4, 32, 7, torch.float32), residual, weight, weight, weight,
+                                                 torch.ones(1), weight, 1e-6, True, *codes[1]))  # fmt: skip
+    ids = torch.tensor([0, 3, 1, 2])
+    torch.library.opcheck(ops.step_input.default, (ids, _rows(4, 32, 8, torch.float32), x, weight, 5.0, 1e-6,
+                                                   *codes[0]))  # fmt: skip
+    torch.library.opcheck(ops.signal_norm.default, (x, torch.tensor([True, False]), weight, 2, 5.0, 1e-6, *codes[1]))
     torch.library.opcheck(ops.gelu_mul.default, (x, residual))
     proj = _rows(20, 32, 8, torch.float32)  # router.proj.weight [E, H]: 20 experts, padded to 32 in the kernel
     torch.library.opcheck(ops.route.default, (_rows(20, 32, 9, torch.float32), proj, torch.rand(20) + 0.5, 4))

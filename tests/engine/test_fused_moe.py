@@ -35,7 +35,7 @@ import triton.language as tl  # noqa: E402
 from torch import nn  # noqa: E402
 from transformers.activations import ACT2FN  # noqa: E402
 
-from dgemma_lsp.engine.kernels import expert_kernels, fused_moe  # noqa: E402
+from dgemma_lsp.engine.kernels import expert_kernels, fused_moe, rounding  # noqa: E402
 from dgemma_lsp.engine.kernels.quant_formats import (  # noqa: E402
     dequantize,
     dequantize_activations,
@@ -434,6 +434,31 @@ def test_activations_rounded_once_give_what_every_program_rounding_them_gives(mo
     assert launches == {False: 5, True: 8}  # align, gate_up, down, 2 dense; then codes before 3 of those GEMMs
 
 
+@pytest.mark.usefixtures("poisoned_outputs")
+@pytest.mark.parametrize(("mode", "activations"), [("int8", "int8"), ("fp8", "fp8"), ("int4", "int8")])
+def test_a_dense_gated_launch_hands_its_down_codes_it_rounded_itself(mode, activations):
+    """With activation codes on, `fused_linear(gated, codes_out=the down's layout)` returns `ActivationCodes`:
+    what `activation_codes` makes of its output, bit for bit; the down reads them with no launch of its own
+    before it, and the MLP's output is the one of launches that round their own activations."""
+    generator = torch.Generator().manual_seed(15)
+    group = W4A8_GROUP if mode == "int4" else GROUP
+    x = torch.randn(2 * CANVAS, HIDDEN, generator=generator).to(torch.bfloat16)
+    gate_up = quantize(torch.randn(2 * WIDTH, HIDDEN, generator=generator) * 0.1, mode, group)
+    down = quantize(torch.randn(HIDDEN, WIDTH, generator=generator) * 0.1, mode, group)
+    with torch.no_grad():
+        inner = fused_moe.fused_linear(x, *gate_up, mode, activations=activations, gated=True)
+        expected = fused_moe.fused_linear(inner, *down, mode, activations=activations)
+        with fused_moe.launch_settings(activation_codes=True):
+            layout = fused_moe.codes_layout(mode, activations, group)
+            coded = fused_moe.fused_linear(x, *gate_up, mode, activations=activations, gated=True, codes_out=layout)
+            with fused_moe.count_launches() as count:
+                ours = fused_moe.fused_linear(coded, *down, mode, activations=activations)
+    assert isinstance(coded, fused_moe.ActivationCodes) and coded.layout == layout and coded.dtype == torch.bfloat16
+    codes, scales = torch.ops.dgemma.activation_codes(inner, layout.kind, layout.block_k)
+    assert torch.equal(coded.codes, codes) and torch.equal(coded.scales, scales)
+    assert count.launches == 1 and torch.equal(ours, expected)
+
+
 @pytest.mark.parametrize("swap", [True, False], ids=["tokens-on-n", "tokens-on-m"])
 def test_the_w4a8_tile_holds_each_code_minus_8_in_input_order(swap):
     """Every code 0..15 in every nibble: the int8 tile of a K-block's 16 words is the codes - 8, input by input
@@ -448,7 +473,7 @@ def test_the_w4a8_tile_holds_each_code_minus_8_in_input_order(swap):
 @triton.jit
 def _round_to_e4m3_kernel(x_ptr, out_ptr, N: tl.constexpr):
     offsets = tl.arange(0, N)
-    tl.store(out_ptr + offsets, expert_kernels._round_to_e4m3(tl.load(x_ptr + offsets)))
+    tl.store(out_ptr + offsets, rounding.round_to_e4m3(tl.load(x_ptr + offsets)))
 
 
 def test_e4m3_rounding_carries_into_the_exponent_and_ties_to_even():

@@ -4,7 +4,8 @@ Triton's interpreter (the numerics tests) never runs Triton's compiler, so a ker
 test and still fail to compile on the card (a construct the interpreter accepts, a type the compiler
 rejects). Triton's wheel carries its CUDA backend and ptxas, so `triton.compile` builds a cubin for a
 named target with no driver: here the fused decoder's and the sampler's kernels for sm_89 (RTX 4090),
-sm_90 (H100/H200) and sm_120 (RTX 5090) at the real model's shapes, and the experts' routing and the w8a8 activation codes. Runs in a subprocess: this
+sm_90 (H100/H200) and sm_120 (RTX 5090) at the real model's shapes (the norms also writing the next GEMM's activation codes), and the
+experts' routing and the w8a8 activation codes. Runs in a subprocess: this
 session's kernel modules were imported for the interpreter by other test modules.
 """
 
@@ -30,20 +31,36 @@ attention = dict(q_ptr=bf, k_ptr=bf, v_ptr=bf, q_weight_ptr=bf, k_weight_ptr=bf,
                  cache_keys_ptr=bf, cache_values_ptr=bf, q_out_ptr=bf, keys_out_ptr=bf, values_out_ptr=bf,
                  offset_ptr="*i64", stride_q="i32", stride_k="i32", stride_v="i32", tokens="i32", heads="i32",
                  kv_heads="i32", length="i32", cached="i32", eps="fp32")
+def codes_outputs(kind, *pointers):  # a norm launch's codes outputs: int8 codes or e4m3 bytes, fp32 scales
+    if not kind:  # none: bf16 stand-ins the kernel never follows
+        return {pointer: bf for pointer in pointers}
+    return {pointer: ({1: "*i8", 2: "*u8"}[kind] if "codes" in pointer else "*fp32") for pointer in pointers}
+norms = []
+for kind in (0, 1, 2):  # each norm without codes, writing int8 codes, writing e4m3 codes for the next GEMM
+    codes = dict(CODES=kind, CODES_BLOCK=64, FP32_MATH=False)
+    norms += [
+        (F.post_attention_kernel, dict(attn_ptr=bf, residual_ptr=bf, w_post_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
+         router_scale_ptr=bf, hidden_out_ptr=bf, mlp_in_ptr=bf, experts_in_ptr=bf, router_in_ptr=bf,
+         **codes_outputs(kind, "mlp_codes_ptr", "mlp_scales_ptr", "experts_codes_ptr", "experts_scales_ptr"), **rows,
+         router_root="fp32"), dict(BLOCK=4096, MLP_CODES=kind, MLP_CODES_BLOCK=64, EXPERTS_CODES=kind,
+                                   EXPERTS_CODES_BLOCK=64, FP32_MATH=False)),
+        (F.post_ffn_kernel, dict(mlp_ptr=bf, experts_ptr="*fp32", residual_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
+         w_sum_ptr=bf, layer_scalar_ptr=bf, w_next_ptr=bf, hidden_out_ptr=bf, next_in_ptr=bf,
+         **codes_outputs(kind, "next_codes_ptr", "next_scales_ptr"), **rows),
+         dict(BLOCK=4096, CLEAR_EXPERTS=True, **codes)),  # the quantized experts' fp32 sums, cleared once read
+        (F.step_input_kernel, dict(ids_ptr="*i64", embed_ptr=bf, signal_ptr=bf, w_in_ptr=bf, hidden_out_ptr=bf,
+         first_in_ptr=bf, **codes_outputs(kind, "first_codes_ptr", "first_scales_ptr"), hidden="i32",
+         embed_scale="fp32", eps="fp32"), dict(BLOCK=4096, **codes)),
+        (F.signal_norm_kernel, dict(soft_ptr=bf, mask_ptr="*i1", weight_ptr=bf, out_ptr=bf,
+         **codes_outputs(kind, "codes_ptr", "scales_ptr"), hidden="i32", rows_per_batch="i32", embed_scale="fp32",
+         eps="fp32"), dict(BLOCK=4096, **codes)),
+    ]
+norms.append((F.post_ffn_kernel, dict(mlp_ptr=bf, experts_ptr=bf, residual_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
+              w_sum_ptr=bf, layer_scalar_ptr=bf, w_next_ptr=bf, hidden_out_ptr=bf, next_in_ptr=bf, next_codes_ptr=bf,
+              next_scales_ptr=bf, **rows), dict(BLOCK=4096, CLEAR_EXPERTS=False, CODES=0, CODES_BLOCK=64,
+              FP32_MATH=False)))  # fmt: skip  # bf16 experts' output (an unquantized model)
 cases = [
-    (F.post_attention_kernel, dict(attn_ptr=bf, residual_ptr=bf, w_post_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
-     router_scale_ptr=bf, hidden_out_ptr=bf, mlp_in_ptr=bf, experts_in_ptr=bf, router_in_ptr=bf, **rows,
-     router_root="fp32"), dict(BLOCK=4096)),
-    (F.post_ffn_kernel, dict(mlp_ptr=bf, experts_ptr=bf, residual_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
-     w_sum_ptr=bf, layer_scalar_ptr=bf, w_next_ptr=bf, hidden_out_ptr=bf, next_in_ptr=bf, **rows),
-     dict(BLOCK=4096, CLEAR_EXPERTS=False)),
-    (F.post_ffn_kernel, dict(mlp_ptr=bf, experts_ptr="*fp32", residual_ptr=bf, w_mlp_ptr=bf, w_experts_ptr=bf,
-     w_sum_ptr=bf, layer_scalar_ptr=bf, w_next_ptr=bf, hidden_out_ptr=bf, next_in_ptr=bf, **rows),
-     dict(BLOCK=4096, CLEAR_EXPERTS=True)),  # the quantized experts' fp32 sums, cleared once read
-    (F.step_input_kernel, dict(ids_ptr="*i64", embed_ptr=bf, signal_ptr=bf, w_in_ptr=bf, hidden_out_ptr=bf,
-     first_in_ptr=bf, hidden="i32", embed_scale="fp32", eps="fp32"), dict(BLOCK=4096)),
-    (F.signal_norm_kernel, dict(soft_ptr=bf, mask_ptr="*i1", weight_ptr=bf, out_ptr=bf, hidden="i32",
-     rows_per_batch="i32", embed_scale="fp32", eps="fp32"), dict(BLOCK=4096)),
+    *norms,
     (F.attention_inputs_kernel, attention, dict(D=256, REPEAT=2, BLOCK_P=16, HEADS=16, KV_HEADS=8)),  # sliding
     (F.attention_inputs_kernel, attention, dict(D=512, REPEAT=8, BLOCK_P=16, HEADS=16, KV_HEADS=2)),  # full
     (F.gelu_mul_kernel, dict(gate_ptr=bf, up_ptr=bf, out_ptr=bf, count="i32"), dict(BLOCK=1024)),
@@ -84,4 +101,4 @@ def test_the_step_kernels_compile_for_sm89_sm90_and_sm120():
     env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.count(" ok") == 3 * 16, done.stdout
+    assert done.stdout.count(" ok") == 3 * 24, done.stdout

@@ -147,9 +147,10 @@ def layer_launches(variant: tuple, tokens: int, arch: int, codes: bool = False):
     for name, (n, k) in DENSE.items():  # dense: one launch for every token, in the gate_up's form
         gated = name == "mlp"
         w, s, m, ss, sm = packed(specs[0][0], 2 * n if gated else n, k, group, 1)
-        wgmma = arch == 90 and dense_weights == "int4" and dense_activations == "none"  # as fused_linear decides
-        block_m = fused_moe.dense_block_m(tokens, n, gated=gated, affine=m is not None, wgmma=wgmma)
         a, a_scales = activation_input(tokens, k, specs[0][0], dense_activations, s, codes)
+        most = fused_moe.hopper_dense_rows(dense_weights, dense_activations, a_scales is not None, torch.bfloat16,
+                                           ss is not None) if arch == 90 else 0  # fmt: skip  # as fused_linear
+        block_m = fused_moe.dense_block_m(tokens, n, gated=gated, affine=m is not None, hopper_rows=most)
         out, out_scales = meta(tokens, n), None
         if gated and codes and dense_activations != "none":  # it stores its down's codes (fused_linear's codes_out)
             _, down_scales, *_ = packed(specs[0][0], *DENSE["mlp-down"], group, 1)

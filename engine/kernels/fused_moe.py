@@ -433,10 +433,10 @@ def fused_linear(
     num_rows = (x.codes if isinstance(x, ActivationCodes) else rows).shape[0]
     lead = x.codes.shape[:-1] if isinstance(x, ActivationCodes) else x.shape[:-1]
     weights = weight_kind(mode, mins)
-    wgmma = (mode == "int4" and mins is None and super_scales is None and activations == "none"
-             and dtype == torch.bfloat16 and x.device.type == "cuda" and _capability(x.device.index) == (9, 0))
-    block_m = dense_block_m(num_rows, out_features, gated=gated, affine=mins is not None, wgmma=wgmma)
     codes, code_scales = activation_codes_for(rows, weights, activations, scales)
+    hopper = x.device.type == "cuda" and _capability(x.device.index) == (9, 0)
+    most = hopper_dense_rows(weights, activations, code_scales is not None, dtype, super_scales is not None) if hopper else 0
+    block_m = dense_block_m(num_rows, out_features, gated=gated, affine=mins is not None, hopper_rows=most)
     launch = dict(num_rows=num_rows, out_rows=num_rows, n=out_features, a_row_div=1, block_m=block_m,
                   weights=weights, activations=activations, ss=None if super_scales is None else super_scales.unsqueeze(0),
                   sm=None if super_mins is None else super_mins.unsqueeze(0), a_scales=code_scales)  # fmt: skip
@@ -513,26 +513,38 @@ def _codes_output(a: torch.Tensor, activations: str, block_k: int,
     return a.new_empty((rows, k), dtype=code_dtype), a.new_empty((rows, k // block_k), dtype=torch.float32)
 
 
-def dense_block_m(rows: int, n: int, *, gated: bool = False, affine: bool = False, wgmma: bool = False) -> int:
+def hopper_dense_rows(weights: str, activations: str, coded: bool, dtype: torch.dtype, two_level: bool) -> int:
+    """The most rows a dense launch's block takes on sm_90 (`dense_block_m`), where one wgmma takes up to 256 token
+    columns in one instruction, so a longer block unpacks each weight fewer times for about as long a K loop:
+    256 for symmetric int4 under bf16 activations (its weights scaled as unpacked; q/k/v at 256 tokens 190 -> 180
+    instructions an iteration, 4 -> 2 unpacks), 128 for 8-bit activations read as codes (`ActivationCodes`; fp8
+    q/k/v at 256 tokens 0.189 x 4 -> 0.236 x 2 instructions a weight; 256 rows spill, the fp32 accumulator beside
+    each K step's), 0 (no longer blocks) for the rest: activations rounded in the K loop cost per row, and the
+    other int4 forms spill. bench/device/compile_kernels.py reads all of it from the cubin."""
+    if weights == "int4" and activations == "none" and dtype == torch.bfloat16 and not two_level:
+        return 256
+    return 128 if coded else 0
+
+
+def dense_block_m(rows: int, n: int, *, gated: bool = False, affine: bool = False, hopper_rows: int = 0) -> int:
     """Rows per program of a dense (unrouted) launch of `n` output columns. Each program unpacks its weight tile
     once for its rows, so at a 256-token canvas 64-row blocks unpack every weight 4 times, 32-row ones 8.
 
     64, or 32 for a gated launch of affine int4 (64 spills on sm_90 / sm_120 with Q4_K's two-level scales).
-    `wgmma` (symmetric int4 under bf16 activations on sm_90): 256 rows (128 for a gated launch, whose two
+    `hopper_rows` (sm_90: `hopper_dense_rows`): up to that many rows (128 for a gated launch, whose two
     accumulators spill at 256) where the launch still has a program for each of an H100's or H200's 132 SMs, else
-    128 where that holds. One Hopper wgmma takes up to 256 token columns in one instruction and the weights are
-    scaled as they are unpacked, so the K loop stays as long while each weight is unpacked half or a quarter as
-    often (q/k/v at 256 tokens: 190 -> 180 instructions an iteration, 4 -> 2 unpacks). Not on sm_89 / sm_120, whose mma.sync
-    count doubles with the rows (0.168 x 4 -> 0.392 x 2 instructions a weight), nor where the grid would leave
-    SMs idle (the gated MLP and o_proj at 256 tokens). bench/device/compile_kernels.py reads all of it."""
+    the next size down where that holds. Not on sm_89 / sm_120, whose mma.sync count doubles with the rows
+    (0.168 x 4 -> 0.392 x 2 instructions a weight), nor where the grid would leave SMs idle (the gated MLP and
+    o_proj at 256 tokens)."""
     if rows <= 16:
         return 16
     if (gated and affine) or interpreting():
         return 32
-    if wgmma:
-        for block in (128,) if gated else (256, 128):  # a gated 256-row block spills: two accumulators
-            if rows >= block and -(-rows // block) * -(-n // launch_settings_for(n, block).block_n) >= HOPPER_SMS:
-                return block
+    for block in (256, 128):
+        if block > hopper_rows or (gated and block > 128):  # a gated 256-row block spills: two accumulators
+            continue
+        if rows >= block and -(-rows // block) * -(-n // launch_settings_for(n, block).block_n) >= HOPPER_SMS:
+            return block
     return 64
 
 

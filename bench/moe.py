@@ -22,6 +22,8 @@ expert width 704; needs CUDA), routes a random canvas of `--tokens` x
 - int8-codes / fp8-codes / int4-w4a8-codes: w8a8 / w4a8 with each GEMM's
   activations rounded once in a launch of their own (`activation_codes`,
   opt-in) instead of in every program's K loop: the same output;
+- int4-n64: int4 with 64 weight rows a program, the A/B of the 128 the
+  experts' int4 takes on sm_90 (elsewhere the same as int4);
 - bf16: transformers' own experts on the unquantized weights (grouped_mm
   where torch has it), the speed anchor.
 
@@ -87,6 +89,8 @@ class Variant:
     """The down launch's activations where they differ from gate_up's (None: `activations`)."""
     activation_codes: bool = False
     """w8a8 / w4a8 reading activations rounded once in a launch of their own (`launch_settings(activation_codes=)`)."""
+    block_n: int | None = None
+    """Weight rows a program (`launch_settings(block_n=)`; None: the heuristic's, 128 for int4 on sm_90)."""
 
     def activation_kinds(self) -> tuple[str, str]:
         """What the gate_up and the down launch round their activations to."""
@@ -96,6 +100,7 @@ class Variant:
 VARIANTS = {
     "int4": Variant("int4"),
     "int4-bits": Variant("int4", asm=False),
+    "int4-n64": Variant("int4", block_n=64),  # the experts' 64 weight rows a program sm_90 took before 128
     "int4-affine32": Variant("int4", affine_group=32),
     "int4-legacy": Variant("int4", kernel="legacy"),
     "int4-w4a8": Variant("int4", activations="int8"),
@@ -379,6 +384,8 @@ def _variant_forward(name: str, variant: Variant, packed: _Packed | None, expert
         settings = {} if variant.asm is None else {"asm": variant.asm}
         if variant.activation_codes:
             settings["activation_codes"] = True
+        if variant.block_n is not None:
+            settings["block_n"] = variant.block_n
 
         gate_up_activations, down_activations = variant.activation_kinds()
 

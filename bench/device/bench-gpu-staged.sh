@@ -50,7 +50,7 @@ stage profile-step 130 --script bench/device/profile_step.py int4 --fused on
 stage step-w4a8 100 step --modes int4-w4a8 --repeats 2
 # kill -9 of a CUDA daemon: its warm standby (forked before CUDA was touched) serves the next completion.
 stage respawn-cuda 60 respawn --model tiny-random --runs 2
-stage moe-time-1024 80 --script bench/device/moe_kernels.py time --tokens 1024 --variants int4,int4-w4a8,int4-w4a8-codes,gguf-q4_k_m,int8,fp8,fp8-codes,bf16
+stage moe-time-1024 80 --script bench/device/moe_kernels.py time --tokens 1024 --variants int4,int4-n64,int4-w4a8,int4-w4a8-codes,gguf-q4_k_m,int8,fp8,fp8-codes,bf16
 stage step-ab-fp8 150 step --modes fp8 --fused on,off --repeats 2
 # w8a8 / w4a8 with each GEMM's activations rounded once in a launch of their own (opt-in): against the two above
 stage step-codes 120 step --modes fp8,int4-w4a8 --activation-codes --repeats 2

@@ -140,7 +140,7 @@ def layer_launches(variant: tuple, tokens: int, arch: int, codes: bool = False):
             a, w, s, m, *routing, route, out, num_rows=pairs, n=n, a_row_div=a_div, out_row_div=out_div,
             block_m=block_m, weights=KERNEL_WEIGHTS.get(weights, weights), activations=activations,
             gated=name == "gate_up", super_scales=ss, super_mins=sm, a_scales=a_scales, out_scales=out_scales,
-            out_dtype=torch.bfloat16 if out_scales is not None else None,
+            out_dtype=torch.bfloat16 if out_scales is not None else None, hopper=arch == 90,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), routed_unpacks))
     dense_weights, dense_activations = KERNEL_WEIGHTS.get(specs[0][0], specs[0][0]), specs[0][1]
@@ -159,7 +159,7 @@ def layer_launches(variant: tuple, tokens: int, arch: int, codes: bool = False):
             a, w, s, m, None, None, None, None, out, num_rows=tokens, n=n, a_row_div=1,
             out_row_div=1, block_m=block_m, weights=dense_weights, activations=dense_activations, gated=gated,
             super_scales=ss, super_mins=sm, a_scales=a_scales, out_scales=out_scales,
-            out_dtype=torch.bfloat16 if out_scales is not None else None,
+            out_dtype=torch.bfloat16 if out_scales is not None else None, hopper=arch == 90,
         )  # fmt: skip
         launches.append((name, grid, args, kwargs, _bytes_per_weight(w, s, m, ss, sm), -(-tokens // kwargs["BLOCK_M"])))
     return launches
@@ -236,10 +236,14 @@ def hot_loop(sass: str) -> list[str]:
     return [re.sub(r"^@!?U?P\w+\s+", "", op) for op in best]  # without the predicate guard
 
 
-def issue_figures(report: dict, kwargs: dict, bytes_per_weight: float, arch: int) -> tuple[float, dict[str, float]]:
-    """(warp instructions a weight in the K loop, {card: issue time / weight-read time}) of one launch."""
+def issue_figures(report: dict, kwargs: dict, bytes_per_weight: float, arch: int,
+                  n: int | None = None) -> tuple[float, dict[str, float]]:  # fmt: skip
+    """(warp instructions a weight in the K loop, {card: issue time / weight-read time}) of one launch; with its
+    `n` output columns, counting the last column block's padding rows (unpacked like the others)."""
     weights = kwargs["BLOCK_N"] * kwargs["BLOCK_K"] * (2 if kwargs["GATED"] else 1)  # one K step of the tile
     per_weight = report["loop"] * kwargs.get("num_warps", 4) / weights
+    if n is not None:
+        per_weight *= -(-n // kwargs["BLOCK_N"]) * kwargs["BLOCK_N"] / n
     return per_weight, {name: (per_weight / (sms * 4 * clock)) / (bytes_per_weight / bandwidth)
                         for name, sms, clock, bandwidth in CARDS.get(arch, ())}  # fmt: skip
 
@@ -270,7 +274,8 @@ def main() -> int:
                         continue
                     bad = report["stack"] > 0 or not report["mma"] or not report["loop"]
                     failures += bad
-                    per_weight, ratios = issue_figures(report, kwargs, bytes_per_weight, arch)
+                    columns = launch_args[1].shape[1] // (2 if kwargs["GATED"] else 1)
+                    per_weight, ratios = issue_figures(report, kwargs, bytes_per_weight, arch, columns)
                     issue = " ".join(f"{card} {ratio * unpacks:.2f}" for card, ratio in ratios.items())
                     weights = launch_args[1].numel() * (4 if launch_args[1].dtype == torch.int16 else 1)
                     for card, sms, clock, bandwidth in CARDS.get(arch, ()):

@@ -167,7 +167,7 @@ def launch_settings(**overrides):
         _SETTINGS.reset(token)
 
 
-def launch_settings_for(n: int, block_m: int, crowded: bool = False) -> LaunchSettings:
+def launch_settings_for(n: int, block_m: int, crowded: bool = False, wide: bool = False) -> LaunchSettings:
     """The settings a launch uses: the context's overrides over the heuristic.
 
     Heuristic: tokens on the MMA's N side and 64 weight rows per program (one Hopper warpgroup's
@@ -179,9 +179,15 @@ def launch_settings_for(n: int, block_m: int, crowded: bool = False) -> LaunchSe
     only for `crowded` launches (affine int4's mins, 8-bit weights under 16-bit activations, gated launches
     reading activation codes) at 64-row blocks, where 4 warps spill on sm_89/90/120 (the last on sm_89). The interpreter's cost grows with tile size: tiny tiles
     there.
+
+    `wide` launches (`expert_gemm_launch`: the experts' symmetric int4 under bf16 activations on sm_90) take 128
+    weight rows a program, two warpgroup MMAs a K step: the loop's fixed part (barriers, wgmma fences, addresses,
+    async copies) then covers twice the weights, 0.130 -> 0.101 (gate_up) and 0.167 -> 0.121 (down) warp
+    instructions a weight at 256 tokens, with no spill (157 / 105 registers). The experts' launches there are
+    issue-bound at 64 (H200 issue/read 1.16 / 1.44); the RTX cards' are not (0.17 / 0.20) and keep 64.
     """
     chosen = _SETTINGS.get() or LaunchSettings()
-    block_n = (32 if n >= 32 else _MIN_DOT) if interpreting() else 64
+    block_n = (32 if n >= 32 else _MIN_DOT) if interpreting() else 128 if wide else 64
     return LaunchSettings(
         block_n=chosen.block_n or block_n,
         swap=True if chosen.swap is None else chosen.swap,
@@ -651,9 +657,10 @@ def _run_expert_gemm(*args, **kwargs) -> None:
 def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route_weights, out, *, num_rows: int,
                        n: int, a_row_div: int, out_row_div: int, block_m: int, weights: str, activations: str,
                        gated: bool, super_scales=None, super_mins=None, a_scales=None, out_scales=None,
-                       out_dtype: torch.dtype | None = None) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
+                       out_dtype: torch.dtype | None = None, hopper: bool | None = None) -> tuple[tuple[int], tuple, dict]:  # fmt: skip
     """(grid, arguments, keyword arguments) of one `expert_gemm_kernel` launch; reads only shapes and strides,
-    so `bench/device/compile_kernels.py` builds the same launch from meta tensors to compile it ahead of time."""
+    so `bench/device/compile_kernels.py` builds the same launch from meta tensors to compile it ahead of time
+    (`hopper`: whether it is for sm_90; default: whether `a` is on such a card)."""
     routed = sorted_pairs is not None
     route_weighted = route_weights is not None
     int4 = weights in ("int4", "int4-affine")
@@ -692,13 +699,18 @@ def expert_gemm_launch(a, w, s, m, sorted_pairs, block_experts, rows_used, route
         "codes out: a gated launch's int8 / uint8 codes, fp32 scales per row per K step of the next GEMM"
     )  # fmt: skip
     crowded = weights == "int4-affine" or (activations == "none" and weights in ("int8", "fp8")) or (coded and gated)
+    # The weights scaled as they are unpacked where one scale covers a K-block (expert_kernels' docstring).
+    scaled = weights == "int4" and activations == "none" and ss is None and group % block_k == 0 \
+        and s.dtype == torch.bfloat16
     settings = launch_settings_for(n, block_m, crowded)
+    scale_weights = bool(settings.scale_weights) and scaled
+    if hopper is None:
+        hopper = a.device.type == "cuda" and _capability(a.device.index) == (9, 0)
+    if scale_weights and hopper and routed and block_m <= 64:  # the experts' int4 on sm_90: 128 weight rows
+        settings = launch_settings_for(n, block_m, crowded, wide=True)
     if codes_out:
         settings = dataclasses.replace(settings, block_n=n // out_scales.shape[1])
     assert settings.asm is False or not interpreting(), "the interpreter cannot run inline PTX"
-    # The weights scaled as they are unpacked where one scale covers a K-block (expert_kernels' docstring).
-    scale_weights = bool(settings.scale_weights) and weights == "int4" and activations == "none" and ss is None \
-        and group % block_k == 0 and s.dtype == torch.bfloat16
     row_blocks = block_experts.numel() if routed else -(-num_rows // block_m)
     dummy = out  # pointer arguments a launch never reads
     extra = {} if settings.num_stages is None else {"num_stages": settings.num_stages}

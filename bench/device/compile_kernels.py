@@ -264,12 +264,14 @@ def main() -> int:
                 with fused_moe.launch_settings(asm=asm):
                     launches = layer_launches(VARIANTS[name], tokens, arch, codes=name.endswith("-codes"))
                 step = collections.defaultdict(float)  # (card, "experts" | "dense" | "read") -> seconds a step
+                failed = 0  # launches of this step that did not build: its sum would leave them out
                 for launch, grid, launch_args, kwargs, bytes_per_weight, unpacks in launches:
                     where = f"sm_{arch} {name:<13} {tokens:>4} tok {launch:<7}"
                     try:
                         report = cubin_report(compile_launch(launch_args, kwargs, arch))
                     except Exception as error:  # the report names every launch that does not build
                         failures += 1
+                        failed += 1
                         print(f"{where} FAILED {type(error).__name__}: {str(error)[:300]}", flush=True)
                         continue
                     bad = report["stack"] > 0 or not report["mma"] or not report["loop"]
@@ -291,6 +293,10 @@ def main() -> int:
                           f"{'  FAIL' if bad else ''}",
                           flush=True)  # fmt: skip
                 for card, *_ in CARDS.get(arch, ()):
+                    if failed:
+                        print(f"sm_{arch} {name:<13} {tokens:>4} tok step's GEMMs ({card}): none, {failed} launches "
+                              "did not build", flush=True)  # fmt: skip
+                        continue
                     experts, dense, read = step[card, "experts"], step[card, "dense"], step[card, "read"]
                     print(f"sm_{arch} {name:<13} {tokens:>4} tok step's GEMMs ({card}): issue-bound "
                           f"{(experts + dense) * 1e3:.2f} ms (experts {experts * 1e3:.2f}, dense {dense * 1e3:.2f}), "

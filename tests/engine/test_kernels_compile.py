@@ -5,7 +5,8 @@ test and still fail to compile on the card (a construct the interpreter accepts,
 rejects). Triton's wheel carries its CUDA backend and ptxas, so `triton.compile` builds a cubin for a
 named target with no driver: here the fused decoder's and the sampler's kernels for sm_89 (RTX 4090),
 sm_90 (H100/H200) and sm_120 (RTX 5090) at the real model's shapes (the norms also writing the next GEMM's activation codes), and the
-experts' routing and the w8a8 activation codes. Runs in a subprocess: this
+experts' routing and the w8a8 activation codes; and every GEMM launch of a layer as the product shapes it
+per card, without a register spill (`bench/device/compile_kernels.py`). Runs in a subprocess: this
 session's kernel modules were imported for the interpreter by other test modules.
 """
 
@@ -102,3 +103,18 @@ def test_the_step_kernels_compile_for_sm89_sm90_and_sm120():
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-4000:]
     assert done.stdout.count(" ok") == 3 * 24, done.stdout
+
+
+def test_the_gemm_launches_of_a_step_compile_without_spilling_for_sm89_sm90_and_sm120():
+    """Every expert and dense GEMM launch of a full-size layer, as the product's heuristics shape it per card (the
+    tile sizes, Hopper's longer dense blocks and wider int4 expert tiles, activation codes read and written), builds
+    for sm_89, sm_90 and sm_120 with no register spill and an MMA in its K loop: `bench/device/compile_kernels.py`
+    (which reads the cubin with the cuobjdump Triton ships) for the default int4, and w8a8 / w4a8 reading codes,
+    at one and four candidates."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "device", "compile_kernels.py")
+    done = subprocess.run([sys.executable, script, "--archs", "89,90,120", "--variants", "int4,fp8-codes,int4-w4a8-codes",
+                           "--tokens", "256,1024"], capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
+    assert done.returncode == 0 and "compile: PASS" in done.stdout, (done.stdout[-3000:], done.stderr[-3000:])
+    assert done.stdout.count(" spill   0 B ") == 3 * 3 * 2 * 8, done.stdout[-3000:]  # archs x variants x tokens x launches
+

@@ -172,6 +172,24 @@ def test_fused_experts_equal_a_plain_fp32_reference(mode, swap):
 
 
 @pytest.mark.usefixtures("poisoned_outputs")
+def test_int4_experts_in_128_weight_rows_a_program_give_the_same_output():
+    """sm_90's wide int4 expert tiles (`launch_settings_for(wide=True)`: 128 weight rows a program, the weights
+    scaled as unpacked under bf16 activations), with the gate_up's 64 and the down's 192 columns in part-empty
+    blocks, give exactly the output of narrower tiles, within bf16 rounding of the fp32 reference."""
+    generator = torch.Generator().manual_seed(16)
+    module = QuantizedExperts.from_experts(_Experts(generator), "int4", 64)
+    hidden = torch.randn(2 * CANVAS, HIDDEN, generator=generator).bfloat16()
+    index, weights = _routing(2 * CANVAS, 2, generator)
+    with torch.no_grad():
+        narrow = _fused(module, hidden, index, weights)
+        with fused_moe.launch_settings(block_n=128):
+            wide = _fused(module, hidden, index, weights)
+        reference = _module_reference(module, hidden.float(), index, weights)
+    assert torch.equal(wide, narrow)
+    torch.testing.assert_close(wide.float(), reference, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.usefixtures("poisoned_outputs")
 @pytest.mark.parametrize("group", [16, 64])
 def test_fused_int4_experts_at_every_group_size_and_batch(group):
     """Group 16: a scale per 16-input tile; 64: one per block (the subtile loop's two ends)."""

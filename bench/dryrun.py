@@ -157,6 +157,10 @@ class RunFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     floor_ms_per_step: float
     """weight_bytes_per_step at the card's bandwidth."""
     floor_with_cache_ms_per_step: float
+    attention_buffer_bytes_per_step: int = 0
+    """Bytes of the key/value buffers the fused step builds for SDPA (`attention_inputs`' keys and values: the
+    cache's rows, each head repeated for its group's queries, then the canvas's), written and then read by SDPA
+    once each: twice these move a step, beside the cache read (0 where transformers' decoder runs)."""
     matmul_flops_per_step: dict[str, int] = {}
     """The step's matrix-product FLOPs (2 a multiply-add) by operand kind (`matmul_flops`)."""
     matmul_flops_by_op: dict[str, int] = {}
@@ -220,6 +224,7 @@ class _StepFigures(msgspec.Struct):
     syncs: int = 0
     weight_bytes: int = 0
     cache_bytes: int = 0
+    attention_buffer_bytes: int = 0
     flops: dict[str, int] = msgspec.field(default_factory=dict)
     flops_by_op: dict[str, int] = msgspec.field(default_factory=dict)
 
@@ -434,6 +439,8 @@ def _make_watcher():
             for tensor in tree_flatten(out)[0]:
                 if isinstance(tensor, torch.Tensor):
                     self._track(tensor)
+            if self.step is not None and func.namespace == "dgemma" and func._overloadpacket.__name__ == "attention_inputs":
+                self.step.attention_buffer_bytes += sum(t.numel() * t.element_size() for t in out[1:])  # keys, values
             return out
 
     def _device_to_host(func, args, kwargs) -> bool:
@@ -667,6 +674,7 @@ def run_request(model, watcher, gpu: VirtualGpu, mode: str, prompt_tokens: int, 
         peak_bytes=peak, peak_site=watcher.peak_site, resident_bytes=resident, card_bytes=gpu.memory_bytes,
         within_card=peak <= gpu.memory_bytes - SPARE_BYTES,
         weight_bytes_per_step=last.weight_bytes, cache_bytes_per_step=last.cache_bytes,
+        attention_buffer_bytes_per_step=last.attention_buffer_bytes,
         floor_ms_per_step=round(last.weight_bytes / gpu.bandwidth_bytes_per_s * 1000, 2),
         floor_with_cache_ms_per_step=round((last.weight_bytes + last.cache_bytes) / gpu.bandwidth_bytes_per_s * 1000, 2),
         matmul_flops_per_step=dict(last.flops),
@@ -823,7 +831,9 @@ def _describe(run: RunFigure) -> str:
             f"mismatches {run.device_mismatches}, syncs/step {run.host_syncs_per_step}, "
             f"syncs/canvas {run.host_syncs_per_canvas}, ops/step {run.ops_per_step}, kernels/step {run.device_kernels_per_step}, "
             f"launches/step {run.custom_kernel_launches_per_step}, peak {run.peak_bytes / 1e9:.2f} GB at {run.peak_site}, "
-            f"weights/step {run.weight_bytes_per_step / 1e9:.2f} GB, floor {run.floor_ms_per_step:.2f} ms, "
+            f"weights/step {run.weight_bytes_per_step / 1e9:.2f} GB, cache/step {run.cache_bytes_per_step / 1e9:.2f} GB, "
+            f"attention's key/value buffers/step {run.attention_buffer_bytes_per_step / 1e9:.2f} GB (written, read), "
+            f"floor {run.floor_ms_per_step:.2f} ms, "
             f"matmul {sum(run.matmul_flops_per_step.values()) / 1e12:.2f} TFLOP, compute floor "
             f"{run.compute_floor_ms_per_step:.2f} ms")  # fmt: skip
     return text + (f"  ERROR {run.error}" if run.error else "")

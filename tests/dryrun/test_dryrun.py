@@ -172,6 +172,21 @@ def test_peak_holds_the_weights_plus_the_requests_cache_and_grows_with_candidate
             assert run.peak_bytes > runs[(gpu, mode, prompt, 1)].peak_bytes
 
 
+def test_attention_reads_key_value_buffers_of_the_cache_with_its_heads_repeated_per_candidate(tiny_report):
+    """The fused step builds SDPA's keys and values from the static cache (`attention_inputs`): every cache row
+    once per query head of its group (the tiny model: 2 query heads to a key/value head), then the canvas's rows,
+    for each candidate, so these buffers hold at least twice the cache bytes the step reads and grow with the
+    candidates; the dry run counts them (`attention_buffer_bytes_per_step`) beside the weights and the cache."""
+    text = diffusion_config(TINY).get_text_config(decoder=True)
+    repeat = text.num_attention_heads // text.num_key_value_heads
+    assert repeat == 2
+    runs = {(run.gpu, run.mode, run.candidates): run for run in tiny_report.runs}
+    for (gpu, mode, candidates), run in runs.items():
+        assert run.attention_buffer_bytes_per_step > repeat * run.cache_bytes_per_step > 0, run
+        if candidates == 4:
+            assert run.attention_buffer_bytes_per_step == 4 * runs[gpu, mode, 1].attention_buffer_bytes_per_step
+
+
 def test_the_watcher_counts_a_mixed_device_operator_and_a_host_read_inside_a_step():
     watcher = dryrun._make_watcher()
     with FakeTensorMode(), watcher:

@@ -407,7 +407,8 @@ class CompiledDenoiser:
         masks = self.model.model.decoder.create_diffusion_decoder_attention_mask(
             self.model.config, canvas.unsqueeze(-1), cache, decoder_mask,
         )
-        return dict(masks) if masks is not None else {}
+        masks = dict(masks) if masks is not None else {}
+        return self.fused.attention_masks(masks) if self.fused is not None else masks  # folded once a canvas
 
     def _start_canvas(self, buffers, cache, batch, length, entropy_bound, confidence_threshold, generator) -> None:
         start = torch.randint(0, self.vocab, (batch, self.canvas_length), generator=generator)

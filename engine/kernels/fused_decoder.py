@@ -8,15 +8,20 @@ residual adds and layer scalars between them in `fused_layer` kernels. Knows tra
 DiffusionGemma layer structure (5.24) and its StaticCache layout; knows nothing of requests or graphs.
 
 A layer is then: the q/k/v projections, one launch for the head norms, the rotary embedding and
-the key/value buffer, attention, o_proj, one post-attention norm launch, the dense MLP, one router
-launch (its projection, top-k and weights: `fused_layer.route`, which reads router.proj's weight, a
-bias-free Linear the weights room never quantizes), the experts' own launches, one post-feed-forward
-norm launch, against ~150 kernels of transformers' eager layer (`make dryrun`'s deviceKernelsPerStep
-counts them per step). Quantized projections that read one input share a launch
-(`QuantizedLinear.stack_with`, in the weights room): q/k/v are one GEMM, and the MLP's gate and up one
-gated GEMM with GELU-tanh x up in its epilogue, then down: 9 + the experts' launches a layer.
-Unquantized (bf16) weights keep a launch a projection and the GELU x up kernel: 13 + the experts' (12
-on full-attention layers, whose v is k).
+the key/value buffer, attention, its output copied into o_proj's head order, o_proj, one
+post-attention norm launch, the dense MLP, one router launch (its projection, top-k and weights:
+`fused_layer.route`, which reads router.proj's weight, a bias-free Linear the weights room never
+quantizes), the experts' own launches, one post-feed-forward norm launch, against ~150 kernels of
+transformers' eager layer (`make dryrun`'s deviceKernelsPerStep counts them per step). Quantized
+projections that read one input share a launch (`QuantizedLinear.stack_with`, in the weights room):
+q/k/v are one GEMM, and the MLP's gate and up one gated GEMM with GELU-tanh x up in its epilogue,
+then down: 10 + the experts' launches a layer. Unquantized (bf16) weights keep a launch a projection
+and the GELU x up kernel: 14 + the experts' (13 on full-attention layers, whose v is k).
+Attention is grouped-query attention with a mask, which no fused SDPA kernel reads in place; so each
+key/value head is built once for SDPA and its group's query heads are folded into one sequence
+(`fold_mask`): the key/value buffers a step moves shrink by the group size (2 on sliding layers, 8 on
+full ones; 7.63 -> 1.74 GB at 4 candidates and a 4,096-token prompt, `make dryrun`), for one copy of
+SDPA's output (~2 MB a layer and candidate) into o_proj's head order.
 Quantized experts add their fp32 top-k sums into one buffer a step (`QuantizedExperts.add_sums_into`,
 zeroed once), which post_ffn rounds as their cast did and clears for the next layer: no zero fill and
 no cast a layer.
@@ -93,6 +98,12 @@ class FusedDecoder:
         self.gate_up = [_stacked(layer.mlp.gate_proj, layer.mlp.up_proj) for layer in self.decoder.layers]
         block = self.decoder.self_conditioning
         self.signal_gate_up = _stacked(block.gate_proj, block.up_proj)
+        # Query heads per key/value head, per layer type (q and k heads have one width).
+        self.groups: dict[str, int] = {}
+        for layer_type, layer in zip(self.layer_types, self.decoder.layers, strict=True):
+            attention = layer.self_attn
+            group = attention.q_proj.out_features // attention.k_proj.out_features
+            assert self.groups.setdefault(layer_type, group) == group, f"{layer_type} layers group heads alike"
 
     def rotary(self, positions: torch.Tensor, dtype: torch.dtype) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Per layer type, (cos, sin) `[L, D]` of `positions` `[1, L]` as transformers' rotary_emb gives them."""
@@ -109,7 +120,7 @@ class FusedDecoder:
         logits: torch.Tensor,  # [B, L, V]: the last step's tempered logits (self-conditioning)
         self_conditioning_on: torch.Tensor,  # [B] bool
         cache,  # StaticCache holding the prompt
-        masks: dict,  # layer type -> [B, 1, L, M + L] bool mask, or None
+        masks: dict,  # layer type -> [B, 1, L, M + L] bool mask, or None; or as `attention_masks` folds them
         rotary: dict[str, tuple[torch.Tensor, torch.Tensor]],  # layer type -> (cos, sin) [L, D]
     ) -> torch.Tensor:
         """The decoder's last hidden state after its final norm, `[B * L, H]`."""
@@ -183,22 +194,47 @@ class FusedDecoder:
             key = attention.k_proj(x)  # [T, Hkv * D]
             value = attention.v_proj(x) if attention.v_proj is not None else key  # full-attention layers: v = k
         heads = query.shape[-1] // dim
+        kv_heads = cache_layer.keys.shape[1]
+        causal = mask is None and attention.is_causal and length > 1
         # transformers' `append_to_cache` makes a new tensor of the cache, then the canvas at
-        # cumulative_length + [0, L), then zeros; here with the heads already repeated for grouped-query
-        # attention (what its SDPA path's `repeat_kv` copies again when a mask is given), with the head
-        # norms and the rotary embedding, in one launch.
+        # cumulative_length + [0, L), then zeros; here with the head norms and the rotary embedding, in one
+        # launch, each key/value head once: each group's query heads are folded into one sequence of
+        # group x L queries (`fold_mask`), so SDPA reads a cache row once a group, not once a query head
+        # (what transformers' `repeat_kv` copies: masked SDPA has no kernel that reads grouped heads in place,
+        # `enable_gqa` then falls back to the math kernel). A causal mask does not fold: those repeat the heads.
         cos, sin = rotary
         queries, keys, values = fused_layer.attention_inputs(
             query, key, value, attention.q_norm.weight, attention.k_norm.weight, cos, sin, cache_layer.keys,
-            cache_layer.values, cache_layer.cumulative_length, length, self.eps,
+            cache_layer.values, cache_layer.cumulative_length, length, self.eps, grouped=not causal,
         )  # fmt: skip
+        if not causal:  # [B, Hq, L, D] as [B, Hkv, group * L, D]: query head g * group + r is rows r * L + [0, L)
+            queries = queries.view(batch, kv_heads, heads // kv_heads * length, dim)
+            mask = fold_mask(mask, heads // kv_heads, length)
         output = torch.nn.functional.scaled_dot_product_attention(
-            queries, keys, values, attn_mask=mask, dropout_p=0.0, scale=attention.scaling,
-            is_causal=mask is None and attention.is_causal and length > 1,
-        )  # fmt: skip  # [B, Hq, L, D]
-        del queries, keys, values  # [B, Hq, M + L, D] each: 0.55 GB at 4 candidates and 8k tokens, not for o_proj
-        output = output.transpose(1, 2).reshape(batch * length, heads * dim)
-        return attention.o_proj(output)
+            queries, keys, values, attn_mask=mask, dropout_p=0.0, scale=attention.scaling, is_causal=causal,
+        )  # fmt: skip
+        del queries, keys, values  # [B, Hkv, M + L, D] each: not to be held for o_proj
+        if causal:
+            output = output.transpose(1, 2)  # [B, L, Hq, D]
+        else:  # [B, Hkv, group * L, D] -> [B, L, Hkv, group, D]: head g * group + r
+            output = output.unflatten(2, (heads // kv_heads, length)).permute(0, 3, 1, 2, 4)
+        return attention.o_proj(output.reshape(batch * length, heads * dim))
+
+    def attention_masks(self, masks: dict) -> dict:
+        """transformers' decoder masks (layer type -> `[B, 1, L, M + L]` bool, or None) folded as `_attention` reads
+        them (`fold_mask`), for a caller that keeps them for many steps (`compiled_step`'s step buffers): folded
+        once a canvas, not in every step."""
+        return {name: fold_mask(mask, self.groups[name], mask.shape[-2]) if isinstance(mask, torch.Tensor) else mask
+                for name, mask in masks.items()}  # fmt: skip
+
+
+def fold_mask(mask: torch.Tensor | None, group: int, length: int) -> torch.Tensor | None:
+    """A `[B, 1, L, K]` attention mask for queries folded `group` heads into one sequence (`[B, 1, group * L, K]`:
+    row r * L + i is row i); a mask already folded (or None) as it is."""
+    if mask is None or group == 1 or mask.shape[-2] == group * length:
+        return mask
+    assert mask.shape[-2] == length, f"a mask of {mask.shape[-2]} query rows for {length} queries"
+    return mask.repeat(1, 1, group, 1)
 
 
 def _stacked(first, *others):

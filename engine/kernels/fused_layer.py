@@ -601,38 +601,41 @@ def _codes_outputs(codes: torch.Tensor | None, scales: torch.Tensor | None, rows
 def attention_inputs(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor,
     cos: torch.Tensor, sin: torch.Tensor, cache_keys: torch.Tensor, cache_values: torch.Tensor,
-    offset: torch.Tensor, length: int, eps: float,
+    offset: torch.Tensor, length: int, eps: float, grouped: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
     """transformers' decoder attention before SDPA, for q `[T, Hq * D]`, k and v `[T, Hkv * D]`:
     (queries `[B, Hq, L, D]`, keys and values `[B, Hq, M + L, D]`): the cache layer `[B, Hkv, M, D]`
     with each head repeated Hq / Hkv times, the canvas's normed (and, for keys, rotated) heads at rows
-    `offset` + [0, L), zeros after M elsewhere."""
+    `offset` + [0, L), zeros after M elsewhere. `grouped`: keys and values `[B, Hkv, M + L, D]`, each
+    key/value head once (for SDPA over each group's queries folded into one sequence: `fused_decoder`)."""
     batch, kv_heads, cached, dim = cache_keys.shape
     assert cache_keys.is_contiguous() and cache_values.is_contiguous(), "the static cache's layout"
     assert q.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1, "heads are read contiguously"
     heads = q.shape[-1] // dim
-    queries, keys, values = _attention_tensors(q, cache_keys, length, heads)
+    out_heads = kv_heads if grouped else heads
+    queries, keys, values = _attention_tensors(q, cache_keys, length, heads, out_heads)
     tokens = q.shape[0]
     # Interpreted, each program costs milliseconds of Python whatever its size: few, large copies on CPU.
     block_p = 256 if _interpreting() else 16
-    copies = batch * heads * 2 * triton.cdiv(cached + length, block_p)
+    copies = batch * out_heads * 2 * triton.cdiv(cached + length, block_p)
     attention_inputs_kernel[(tokens + copies,)](
         q, k, v, q_weight, k_weight, cos, sin, cache_keys, cache_values, queries, keys, values, offset,
         q.stride(0), k.stride(0), v.stride(0), tokens, heads, kv_heads, length, cached, eps,
-        D=dim, REPEAT=heads // kv_heads, BLOCK_P=block_p, HEADS=_block(heads), KV_HEADS=_block(kv_heads),
+        D=dim, REPEAT=out_heads // kv_heads, BLOCK_P=block_p, HEADS=_block(heads), KV_HEADS=_block(kv_heads),
         num_warps=4 if dim * heads <= 4096 else 8,
     )  # fmt: skip
     return queries, keys, values
 
 
 @attention_inputs.register_fake
-def _(q, k, v, q_weight, k_weight, cos, sin, cache_keys, cache_values, offset, length, eps):
-    return _attention_tensors(q, cache_keys, length, q.shape[-1] // cache_keys.shape[-1])
+def _(q, k, v, q_weight, k_weight, cos, sin, cache_keys, cache_values, offset, length, eps, grouped=False):
+    heads = q.shape[-1] // cache_keys.shape[-1]
+    return _attention_tensors(q, cache_keys, length, heads, cache_keys.shape[1] if grouped else heads)
 
 
-def _attention_tensors(q: torch.Tensor, cache_keys: torch.Tensor, length: int, heads: int):
+def _attention_tensors(q: torch.Tensor, cache_keys: torch.Tensor, length: int, heads: int, out_heads: int):
     batch, _, cached, dim = cache_keys.shape
-    shape = (batch, heads, cached + length, dim)
+    shape = (batch, out_heads, cached + length, dim)
     return q.new_empty((batch, heads, length, dim)), cache_keys.new_empty(shape), cache_keys.new_empty(shape)
 
 

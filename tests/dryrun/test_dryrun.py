@@ -64,18 +64,20 @@ def test_quantized_modes_launch_the_fused_kernels_and_none_launches_only_the_ste
 def test_device_kernels_per_step_are_the_count_derived_by_hand_for_the_tiny_int4_step(tiny_report):
     """The tiny architecture (6 layers: 5 sliding, the last full, whose v is its k) in int4, fused.
 
-    Per layer 12 kernels: q, k and v (or q and k) projections as one dequant-GEMM (their weights stacked),
-    attention's inputs (head norms, rotary, the cache and the canvas in one buffer), attention (SDPA, one fused
-    kernel), o_proj, the post-attention norms, gate and up with GELU x up as one gated GEMM, down, the router
+    Per layer 13 kernels: q, k and v (or q and k) projections as one dequant-GEMM (their weights stacked),
+    attention's inputs (head norms, rotary, the cache and the canvas in one buffer, each key/value head once),
+    attention (SDPA, one fused kernel, each group's query heads folded into one sequence), its output copied
+    into o_proj's head order, o_proj, the post-attention norms, gate and up with GELU x up as one gated GEMM, down, the router
     (its unquantized projection and its top-k in one launch), the experts (the routing alignment, gate_up,
     down: 3; the down adds into one fp32 buffer a step, zeroed once, which post_ffn rounds and clears), the
     post-feed-forward norms. Per step 6 before the layers
     (softmax, the soft embeddings' mm, their norm, the gated gate/up, down, the input) and 3 after (lm_head's
-    mm, the sampler, the acceptance). Views, allocations and the SDPA output's reshape (a view of the fused
-    kernel's layout) launch nothing. (Before the stacking: 21 a sliding layer, 20 a full one, 8 before; before
-    the alignment ranked pairs by atomics, a stable argsort added 3 a layer; the sums' zero fill and cast
-    were 2 more a layer; the router's projection was an mm of its own, 1 more a layer: 88.)"""
-    expected = 6 + 1 + 6 * 12 + 3  # + 1: the sums' buffer zeroed
+    mm, the sampler, the acceptance). Views and allocations launch nothing. (Before the stacking: 21 a sliding
+    layer, 20 a full one, 8 before; before the alignment ranked pairs by atomics, a stable argsort added 3 a
+    layer; the sums' zero fill and cast were 2 more a layer; the router's projection was an mm of its own, 1
+    more a layer: 88; before the folding, with every query head's keys repeated, SDPA's output was a view of
+    o_proj's input: 1 less a layer, 82.)"""
+    expected = 6 + 1 + 6 * 13 + 3  # + 1: the sums' buffer zeroed
     runs = [run for run in tiny_report.runs if run.mode == "int4"]
     assert runs
     for run in runs:
@@ -172,19 +174,18 @@ def test_peak_holds_the_weights_plus_the_requests_cache_and_grows_with_candidate
             assert run.peak_bytes > runs[(gpu, mode, prompt, 1)].peak_bytes
 
 
-def test_attention_reads_key_value_buffers_of_the_cache_with_its_heads_repeated_per_candidate(tiny_report):
-    """The fused step builds SDPA's keys and values from the static cache (`attention_inputs`): every cache row
-    once per query head of its group (the tiny model: 2 query heads to a key/value head), then the canvas's rows,
-    for each candidate, so these buffers hold at least twice the cache bytes the step reads and grow with the
-    candidates; the dry run counts them (`attention_buffer_bytes_per_step`) beside the weights and the cache."""
-    text = diffusion_config(TINY).get_text_config(decoder=True)
-    repeat = text.num_attention_heads // text.num_key_value_heads
-    assert repeat == 2
-    runs = {(run.gpu, run.mode, run.candidates): run for run in tiny_report.runs}
-    for (gpu, mode, candidates), run in runs.items():
-        assert run.attention_buffer_bytes_per_step > repeat * run.cache_bytes_per_step > 0, run
-        if candidates == 4:
-            assert run.attention_buffer_bytes_per_step == 4 * runs[gpu, mode, 1].attention_buffer_bytes_per_step
+def test_attention_reads_each_cache_row_once_a_key_value_head_and_candidate(tiny_report):
+    """The fused step builds SDPA's keys and values from the static cache (`attention_inputs`) with each key/value
+    head once (its group's query heads folded into one sequence; 2 query heads to one here): exactly the cache
+    the step reads plus the canvas's rows, for each candidate. The dry run counts these buffers
+    (`attention_buffer_bytes_per_step`) beside the weights and the cache; with every query head's copy they were
+    twice the cache and more."""
+    config = diffusion_config(TINY)
+    text = config.get_text_config(decoder=True)
+    assert text.num_attention_heads // text.num_key_value_heads == 2
+    canvas_rows = text.num_hidden_layers * 2 * text.num_key_value_heads * config.canvas_length * text.head_dim
+    for run in tiny_report.runs:  # bf16 keys and values
+        assert run.attention_buffer_bytes_per_step - run.cache_bytes_per_step == run.candidates * canvas_rows * 2, run
 
 
 def test_the_watcher_counts_a_mixed_device_operator_and_a_host_read_inside_a_step():

@@ -24,7 +24,7 @@ from transformers.models.diffusion_gemma.modeling_diffusion_gemma import apply_r
 
 from dgemma_lsp.engine.kernels import fused_layer, fused_moe  # noqa: E402
 from dgemma_lsp.engine.kernels.compiled_step import bucket_for, self_conditioning_signal, soft_embeddings  # noqa: E402
-from dgemma_lsp.engine.kernels.fused_decoder import FusedDecoder, unsupported  # noqa: E402
+from dgemma_lsp.engine.kernels.fused_decoder import FusedDecoder, fold_mask, unsupported  # noqa: E402
 from dgemma_lsp.engine.model.cache_keyword import with_cache  # noqa: E402
 from dgemma_lsp.engine.model.tiny_model import build_tiny_model  # noqa: E402
 from dgemma_lsp.engine.weights.quantization import QuantizedExperts, QuantizedLinear, quantize_model  # noqa: E402
@@ -198,6 +198,33 @@ def test_attention_inputs_are_transformers_head_norms_rotary_and_appended_cache(
             _same(ours[0], queries, dtype)
             _same(ours[1], keys.repeat_interleave(repeat, dim=1), dtype)
             _same(ours[2], values.repeat_interleave(repeat, dim=1), dtype)
+            grouped = fused_layer.attention_inputs(q, k, v, attention.q_norm.weight, attention.k_norm.weight, cos[0],
+                                                   sin[0], cache_layer.keys, cache_layer.values,
+                                                   cache_layer.cumulative_length, length, attention.q_norm.eps,
+                                                   grouped=True)  # fmt: skip  # each key/value head once
+            _same(grouped[0], queries, dtype)
+            _same(grouped[1], keys, dtype)
+            _same(grouped[2], values, dtype)
+
+
+def test_queries_folded_by_group_against_each_key_value_head_once_are_attention_with_repeated_heads():
+    """Grouped-query attention as the fused decoder runs it: each key/value head's query heads folded into one
+    sequence, the mask folded alike (`fold_mask`), against keys and values held once a group, gives SDPA's output
+    with the heads repeated (`repeat_kv`), bit for bit, and folding an already folded mask leaves it."""
+    generator = torch.Generator().manual_seed(21)
+    batch, heads, kv_heads, length, keys_length, dim = 2, 8, 2, 5, 12, 16
+    queries = torch.randn(batch, heads, length, dim, generator=generator)
+    keys, values = (torch.randn(batch, kv_heads, keys_length, dim, generator=generator) for _ in range(2))
+    mask = torch.rand(batch, 1, length, keys_length, generator=generator) > 0.3
+    mask[..., 0] = True  # every query sees a key
+    group = heads // kv_heads
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    expected = sdpa(queries, keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1),
+                    attn_mask=mask, scale=0.25)  # fmt: skip
+    folded_mask = fold_mask(mask, group, length)
+    folded = sdpa(queries.view(batch, kv_heads, group * length, dim), keys, values, attn_mask=folded_mask, scale=0.25)
+    assert torch.equal(folded.view(batch, heads, length, dim), expected)
+    assert fold_mask(folded_mask, group, length) is folded_mask and fold_mask(None, group, length) is None
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -427,5 +454,6 @@ def test_each_kernel_is_a_custom_op_whose_fake_matches_the_launch():
     keys = _rows(2 * 8, 16, 3, torch.float32).view(1, 2, 8, 16)  # cache [B, Hkv, M, D]; 4 tokens, 4 q heads
     table = _rows(4, 16, 4, torch.float32)
     q, kv = _rows(4, 64, 5, torch.float32), _rows(4, 32, 6, torch.float32)
-    torch.library.opcheck(ops.attention_inputs.default, (q, kv, kv, torch.ones(16), torch.ones(16), table, table, keys,
-                                                         keys.clone(), torch.tensor(2), 4, 1e-6))  # fmt: skip
+    for grouped in (False, True):
+        torch.library.opcheck(ops.attention_inputs.default, (q, kv, kv, torch.ones(16), torch.ones(16), table, table,
+                                                             keys, keys.clone(), torch.tensor(2), 4, 1e-6, grouped))  # fmt: skip

@@ -59,6 +59,10 @@ class StepFigure(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     weight_bytes: int
 
 
+ATTENTION_LAYOUTS = ("folded", "repeated")
+"""`--attention`: the fused decoder's `attention_settings(fold_groups=)`, on and off."""
+
+
 class StepReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     scale: str
     device: str
@@ -69,6 +73,9 @@ class StepReport(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     vllm_ms_per_canvas: float
     activation_codes: bool = False
     """w8a8 / w4a8 GEMMs read activations rounded once in a launch of their own (`--activation-codes`)."""
+    attention: str = "folded"
+    """The fused decoder's attention: "folded" (each group's query heads as one sequence against each key/value
+    head once, the default) or "repeated" (key/value heads repeated for every query head; `--attention`)."""
 
 
 def _timed_request(denoiser, prompt: list[int], batch: int, steps: int, canvas: int):
@@ -133,7 +140,8 @@ def measure_mode(config, mode: str, scale: str, device, dtype, *, steps: int, re
 
 
 def run_benchmark(scale: str, device_name: str, modes, *, steps: int, repeats: int, log=None,
-                  fused_settings: tuple[bool | None, ...] = (None,), activation_codes: bool = False) -> StepReport:  # fmt: skip
+                  fused_settings: tuple[bool | None, ...] = (None,), activation_codes: bool = False,
+                  attention: str = "folded") -> StepReport:  # fmt: skip
     import os
 
     import torch
@@ -144,15 +152,17 @@ def run_benchmark(scale: str, device_name: str, modes, *, steps: int, repeats: i
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     config = diffusion_config(SCALES[scale])
     figures = []
-    from dgemma_lsp.engine.kernels import fused_moe  # after TRITON_INTERPRET is set
+    from dgemma_lsp.engine.kernels import fused_decoder, fused_moe  # after TRITON_INTERPRET is set
 
-    with fused_moe.launch_settings(activation_codes=activation_codes):  # read when each graph is captured
+    assert attention in ATTENTION_LAYOUTS, attention
+    with fused_moe.launch_settings(activation_codes=activation_codes), \
+            fused_decoder.attention_settings(fold_groups=attention == "folded"):  # read when each graph is captured
         for mode in modes:
             figures += measure_mode(config, mode, scale, device, dtype, steps=steps, repeats=repeats, log=log,
                                     fused_settings=fused_settings)  # fmt: skip
     return StepReport(
         scale=scale, device=str(device), prompt_tokens=PROMPT_TOKENS[scale], canvas_length=config.canvas_length,
-        figures=figures, vllm_ms_per_canvas=VLLM_MS_PER_CANVAS, activation_codes=activation_codes,
+        figures=figures, vllm_ms_per_canvas=VLLM_MS_PER_CANVAS, activation_codes=activation_codes, attention=attention,
         targets={"int4MsPerStep": TARGET_STEP_MS["int4"], "fp8MsPerStep": TARGET_STEP_MS["fp8"],
                  "msPerCanvas": TARGET_CANVAS_MS, "fourCandidatesOverOne": 1.5,
                  "int4PeakBytes": TARGET_INT4_PEAK_BYTES},
@@ -163,7 +173,7 @@ def format_table(report: StepReport) -> str:
     lines = [
         f"denoising step (CUDA graphs + fused kernels), {report.scale} scale on {report.device}, "
         f"prompt {report.prompt_tokens}, canvas {report.canvas_length}, vLLM FP8 {report.vllm_ms_per_canvas} ms/canvas"
-        f"{', activations rounded once a GEMM' if report.activation_codes else ''}",
+        f"{', activations rounded once a GEMM' if report.activation_codes else ''}, attention {report.attention}",
         f"{'mode':<5} {'fused':>5} {'cand':>4} {'ms/step':>8} {'floor':>7} {'ratio':>6} {'ms/canvas':>9} {'1st draft':>9} {'peak':>9}",
     ]
     for f in report.figures:
@@ -183,6 +193,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--activation-codes", action="store_true",
                         help="w8a8 / w4a8: round each GEMM's activations once in a launch of their own (A/B against "
                         "the default, which rounds them in every program's K loop)")  # fmt: skip
+    parser.add_argument("--attention", choices=ATTENTION_LAYOUTS, default="folded",
+                        help="the fused decoder's attention: each group's query heads folded against each key/value "
+                        "head once (default), or the key/value heads repeated for every query head (A/B)")  # fmt: skip
     parser.add_argument("--fused", default="auto",
                         help="comma-separated from auto,on,off: the decoder's fused kernels; on,off measures both (A/B)")  # fmt: skip
 
@@ -205,7 +218,8 @@ def run(args) -> int:
         return 2
     report = run_benchmark(args.scale, device, modes, steps=args.steps, repeats=args.repeats, log=say,
                            fused_settings=tuple(settings[f] for f in fused),
-                           activation_codes=bool(getattr(args, "activation_codes", False)))  # fmt: skip
+                           activation_codes=bool(getattr(args, "activation_codes", False)),
+                           attention=getattr(args, "attention", "folded"))  # fmt: skip
     write_report(report, getattr(args, "json", False), format_table)
     return 0
 

@@ -48,6 +48,8 @@ stage step-ab-int4 160 step --modes int4 --fused on,off --repeats 2
 stage profile-step 130 --script bench/device/profile_step.py int4 --fused on
 # int4 weights with int8 activations (bench-only): the step the users' cards could run at the int8 tensor rate
 stage step-w4a8 100 step --modes int4-w4a8 --repeats 2
+# attention over key/value heads repeated for every query head: the A/B of step-ab-int4's folded default
+stage step-attention 100 step --modes int4 --attention repeated --repeats 2
 # kill -9 of a CUDA daemon: its warm standby (forked before CUDA was touched) serves the next completion.
 stage respawn-cuda 60 respawn --model tiny-random --runs 2
 stage moe-time-1024 80 --script bench/device/moe_kernels.py time --tokens 1024 --variants int4,int4-n64,int4-w4a8,int4-w4a8-codes,gguf-q4_k_m,int8,fp8,fp8-codes,bf16

@@ -47,6 +47,9 @@ interpreter in the tests, and a CUDA graph captures them like any kernel.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 
 from . import fused_layer
@@ -196,6 +199,7 @@ class FusedDecoder:
         heads = query.shape[-1] // dim
         kv_heads = cache_layer.keys.shape[1]
         causal = mask is None and attention.is_causal and length > 1
+        fold = not causal and _fold_groups()
         # transformers' `append_to_cache` makes a new tensor of the cache, then the canvas at
         # cumulative_length + [0, L), then zeros; here with the head norms and the rotary embedding, in one
         # launch, each key/value head once: each group's query heads are folded into one sequence of
@@ -205,16 +209,18 @@ class FusedDecoder:
         cos, sin = rotary
         queries, keys, values = fused_layer.attention_inputs(
             query, key, value, attention.q_norm.weight, attention.k_norm.weight, cos, sin, cache_layer.keys,
-            cache_layer.values, cache_layer.cumulative_length, length, self.eps, grouped=not causal,
+            cache_layer.values, cache_layer.cumulative_length, length, self.eps, grouped=fold,
         )  # fmt: skip
-        if not causal:  # [B, Hq, L, D] as [B, Hkv, group * L, D]: query head g * group + r is rows r * L + [0, L)
+        if fold:  # [B, Hq, L, D] as [B, Hkv, group * L, D]: query head g * group + r is rows r * L + [0, L)
             queries = queries.view(batch, kv_heads, heads // kv_heads * length, dim)
             mask = fold_mask(mask, heads // kv_heads, length)
+        elif mask is not None and mask.shape[-2] != length:  # folded, for a step run unfolded: its first L rows
+            mask = mask[:, :, :length]
         output = torch.nn.functional.scaled_dot_product_attention(
             queries, keys, values, attn_mask=mask, dropout_p=0.0, scale=attention.scaling, is_causal=causal,
         )  # fmt: skip
         del queries, keys, values  # [B, Hkv, M + L, D] each: not to be held for o_proj
-        if causal:
+        if not fold:
             output = output.transpose(1, 2)  # [B, L, Hq, D]
         else:  # [B, Hkv, group * L, D] -> [B, L, Hkv, group, D]: head g * group + r
             output = output.unflatten(2, (heads // kv_heads, length)).permute(0, 3, 1, 2, 4)
@@ -223,9 +229,32 @@ class FusedDecoder:
     def attention_masks(self, masks: dict) -> dict:
         """transformers' decoder masks (layer type -> `[B, 1, L, M + L]` bool, or None) folded as `_attention` reads
         them (`fold_mask`), for a caller that keeps them for many steps (`compiled_step`'s step buffers): folded
-        once a canvas, not in every step."""
+        once a canvas, not in every step; as they are under `attention_settings(fold_groups=False)`."""
+        if not _fold_groups():
+            return dict(masks)
         return {name: fold_mask(mask, self.groups[name], mask.shape[-2]) if isinstance(mask, torch.Tensor) else mask
                 for name, mask in masks.items()}  # fmt: skip
+
+
+_FOLD_GROUPS: contextvars.ContextVar[bool] = contextvars.ContextVar("dgemma_fold_groups", default=True)
+
+
+@contextlib.contextmanager
+def attention_settings(*, fold_groups: bool):
+    """Run the fused decoder's attention in this context with each group's query heads folded into one sequence
+    against each key/value head once (True, the default), or against key/value heads repeated for every query
+    head (False: transformers' `repeat_kv` layout; the A/B of `bench step --attention repeated`). Read when a step
+    is built: a CUDA graph keeps what it captured."""
+    token = _FOLD_GROUPS.set(fold_groups)
+    try:
+        yield
+    finally:
+        _FOLD_GROUPS.reset(token)
+
+
+@torch.compiler.assume_constant_result
+def _fold_groups() -> bool:
+    return _FOLD_GROUPS.get()
 
 
 def fold_mask(mask: torch.Tensor | None, group: int, length: int) -> torch.Tensor | None:

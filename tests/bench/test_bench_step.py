@@ -52,3 +52,12 @@ def test_bench_step_times_w8a8_with_activations_rounded_once_a_gemm():
     report = step_gpu.run_benchmark("tiny", "cpu", ["int8"], steps=1, repeats=1, activation_codes=True)
     assert report.activation_codes and [f.mode for f in report.figures] == ["int8"]
     assert "activations rounded once a GEMM" in step_gpu.format_table(report)
+
+
+def test_bench_step_times_attention_over_repeated_key_value_heads_as_the_a_b_of_the_folded_default():
+    """`--attention repeated` runs the step under `attention_settings(fold_groups=False)` and says so in its report
+    (test_fused_layer shows both layouts give transformers' decoder output bit for bit)."""
+    report = step_gpu.run_benchmark("tiny", "cpu", ["int8"], steps=1, repeats=1, attention="repeated")
+    assert report.attention == "repeated" and [f.mode for f in report.figures] == ["int8"]
+    assert "attention repeated" in step_gpu.format_table(report)
+

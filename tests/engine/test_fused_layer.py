@@ -24,7 +24,12 @@ from transformers.models.diffusion_gemma.modeling_diffusion_gemma import apply_r
 
 from dgemma_lsp.engine.kernels import fused_layer, fused_moe  # noqa: E402
 from dgemma_lsp.engine.kernels.compiled_step import bucket_for, self_conditioning_signal, soft_embeddings  # noqa: E402
-from dgemma_lsp.engine.kernels.fused_decoder import FusedDecoder, fold_mask, unsupported  # noqa: E402
+from dgemma_lsp.engine.kernels.fused_decoder import (  # noqa: E402
+    FusedDecoder,
+    attention_settings,
+    fold_mask,
+    unsupported,
+)
 from dgemma_lsp.engine.model.cache_keyword import with_cache  # noqa: E402
 from dgemma_lsp.engine.model.tiny_model import build_tiny_model  # noqa: E402
 from dgemma_lsp.engine.weights.quantization import QuantizedExperts, QuantizedLinear, quantize_model  # noqa: E402
@@ -330,8 +335,17 @@ def test_the_fused_decoder_gives_transformers_decoder_output_bit_for_bit_in_bf16
             expected = decoder(decoder_input_ids=canvas, **with_cache(cache), decoder_attention_mask=masks,
                                decoder_position_ids=positions).last_hidden_state  # fmt: skip
         fused = FusedDecoder(model)
-        ours = fused.forward(canvas, logits, mask, cache, dict(masks), fused.rotary(positions, torch.bfloat16))
+        rotary = fused.rotary(positions, torch.bfloat16)
+        ours = fused.forward(canvas, logits, mask, cache, dict(masks), rotary)
+        # the masks as compiled_step keeps them (folded once a canvas), and attention over repeated heads
+        folded = fused.forward(canvas, logits, mask, cache, fused.attention_masks(dict(masks)), rotary)
+        with attention_settings(fold_groups=False):
+            repeated = fused.forward(canvas, logits, mask, cache, fused.attention_masks(dict(masks)), rotary)
+            repeated_from_folded = fused.forward(canvas, logits, mask, cache, dict(fused.attention_masks(masks)),
+                                                 rotary)  # fmt: skip
     assert torch.equal(ours.view(expected.shape), expected)
+    for other in (folded, repeated, repeated_from_folded):
+        assert torch.equal(other, ours)
 
 
 def test_each_layers_router_is_one_operator_that_reads_the_projection_weight():

@@ -198,6 +198,7 @@ class FusedDecoder:
             value = attention.v_proj(x) if attention.v_proj is not None else key  # full-attention layers: v = k
         heads = query.shape[-1] // dim
         kv_heads = cache_layer.keys.shape[1]
+        group = heads // kv_heads  # query heads a key/value head serves
         causal = mask is None and attention.is_causal and length > 1
         fold = not causal and _fold_groups()
         # transformers' `append_to_cache` makes a new tensor of the cache, then the canvas at
@@ -212,8 +213,8 @@ class FusedDecoder:
             cache_layer.values, cache_layer.cumulative_length, length, self.eps, grouped=fold,
         )  # fmt: skip
         if fold:  # [B, Hq, L, D] as [B, Hkv, group * L, D]: query head g * group + r is rows r * L + [0, L)
-            queries = queries.view(batch, kv_heads, heads // kv_heads * length, dim)
-            mask = fold_mask(mask, heads // kv_heads, length)
+            queries = queries.view(batch, kv_heads, group * length, dim)
+            mask = fold_mask(mask, group, length)
         elif mask is not None and mask.shape[-2] != length:  # folded, for a step run unfolded: its first L rows
             mask = mask[:, :, :length]
         output = torch.nn.functional.scaled_dot_product_attention(
@@ -223,7 +224,7 @@ class FusedDecoder:
         if not fold:
             output = output.transpose(1, 2)  # [B, L, Hq, D]
         else:  # [B, Hkv, group * L, D] -> [B, L, Hkv, group, D]: head g * group + r
-            output = output.unflatten(2, (heads // kv_heads, length)).permute(0, 3, 1, 2, 4)
+            output = output.unflatten(2, (group, length)).permute(0, 3, 1, 2, 4)
         return attention.o_proj(output.reshape(batch * length, heads * dim))
 
     def attention_masks(self, masks: dict) -> dict:

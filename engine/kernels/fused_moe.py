@@ -433,11 +433,11 @@ def fused_linear(
     rounding x); `codes_out` (gated only): return the result as `ActivationCodes` in the next launch's layout,
     rounded in the epilogue as `activation_codes` would round the output (`expert_gemm_codes`)."""
     dtype = x.dtype
-    in_features = x.codes.shape[-1] if isinstance(x, ActivationCodes) else x.shape[-1]
+    coded = isinstance(x, ActivationCodes)  # codes are `[M, K]` already
+    rows = x if coded else x.reshape(-1, x.shape[-1])  # [M, K]
+    lead = x.codes.shape[:-1] if coded else x.shape[:-1]
+    num_rows = (x.codes if coded else rows).shape[0]
     out_features = data.shape[0] // 2 if gated else data.shape[0]
-    rows = x if isinstance(x, ActivationCodes) else x.reshape(-1, in_features)  # [M, K]
-    num_rows = (x.codes if isinstance(x, ActivationCodes) else rows).shape[0]
-    lead = x.codes.shape[:-1] if isinstance(x, ActivationCodes) else x.shape[:-1]
     weights = weight_kind(mode, mins)
     codes, code_scales = activation_codes_for(rows, weights, activations, scales)
     hopper = x.device.type == "cuda" and _capability(x.device.index) == (9, 0)
